@@ -1,0 +1,30 @@
+"""Scheduling, deadlines, sessions, output fitting and typed outcomes.
+
+Above: sources, tools, mistral and front ends, via exported names only. Below: corral.sandbox,
+which knows no sessions, deadlines or wire formats. Not HTTP- or MCP-aware: front ends render
+its ExecutionResults.
+"""
+
+from corral.engine._inputs import Input, RunEvent, RunEventSink
+from corral.engine._result import (
+    ErrorInfo,
+    Evidence,
+    ExecutionResult,
+    FileInfo,
+    InputEvidence,
+    Omitted,
+    Outcome,
+)
+
+__all__ = [
+    "ErrorInfo",
+    "Evidence",
+    "ExecutionResult",
+    "FileInfo",
+    "Input",
+    "InputEvidence",
+    "Omitted",
+    "Outcome",
+    "RunEvent",
+    "RunEventSink",
+]

@@ -1,0 +1,431 @@
+"""The Engine: one process-wide scheduler in front of a supervised zygote and warm pool."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.abc
+
+import corral
+from corral._limits import DEFAULT_LIMITS, Limits
+from corral.engine._inputs import Input, RunEvent, RunEventSink
+from corral.engine._outcome import Capture, build_result
+from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outcome
+from corral.engine._scheduler import Scheduler, SchedulerStatistics
+from corral.errors import Busy, EngineClosed, WorkerError, ZygoteUnavailable
+from corral.sandbox import DEFAULT_PRELOAD, WarmPool, Worker, WorkerReport, ZygoteHost
+
+__all__ = ["Engine", "EngineStatistics"]
+
+logger = logging.getLogger("corral.engine")
+
+_RESTART_BACKOFF = 0.5  # seconds between zygote restarts, so a broken host cannot spin
+_MEMORY_POKE = 0.1  # seconds between memory-gate re-checks while jobs wait
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStatistics:
+    """A snapshot for /health, /metrics and `corral doctor`."""
+
+    capacity: int
+    running: int
+    queued: int
+    queue_size: int
+    pool_size: int
+    pool_ready: int
+    sessions: int
+    zygote_restarts: int
+    runs_by_outcome: dict[str, int]
+    scheduler: SchedulerStatistics
+
+
+class Engine:
+    """Runs untrusted Python in fresh, isolated workers.
+
+    Use as ``async with Engine() as engine:``; ``run`` returns an ``ExecutionResult`` for every
+    per-call failure and raises only ``EngineClosed``.
+    """
+
+    def __init__(
+        self,
+        *,
+        capacity: int | None = None,
+        queue_size: int = 256,
+        pool_size: int | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        preload: Sequence[str] = DEFAULT_PRELOAD,
+        data_dir: str | os.PathLike[str] | None = None,
+        session_idle_timeout: float = 600.0,
+        session_disk_bytes: int = 256 * 1024 * 1024,
+        min_free_memory: int = 256 * 1024 * 1024,
+    ) -> None:
+        self.capacity = capacity or os.cpu_count() or 1
+        self.limits = limits
+        self._preload = tuple(preload)
+        self._pool_size = pool_size if pool_size is not None else self.capacity
+        self._scheduler = Scheduler(self.capacity, queue_size, min_free_memory=min_free_memory)
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self.session_idle_timeout = session_idle_timeout
+        self.session_disk_bytes = session_disk_bytes
+        self._host: ZygoteHost | None = None
+        self._pool: WarmPool | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closing = False
+        self._restarts = 0
+        self._outcomes: Counter[str] = Counter()
+        self.runtime = ""
+        self._sessions: Any = None  # corral.engine._session.SessionManager, set on start
+
+    # lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Engine:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Start the zygote and fill the pool.
+
+        Raises:
+            IsolationError: this host cannot build the sandbox (see ``corral doctor``).
+            ZygoteUnavailable: the zygote did not start.
+        """
+        from corral.engine._session import SessionManager
+
+        stack = contextlib.AsyncExitStack()
+        self._tg = await stack.enter_async_context(anyio.create_task_group())
+        try:
+            await self._start_zygote()
+        except BaseException:
+            self._tg.cancel_scope.cancel()
+            await stack.aclose()
+            raise
+        self._stack = stack
+        self._sessions = SessionManager(self)
+        self._tg.start_soon(self._supervise)
+        self._tg.start_soon(self._sessions.expire_loop)
+
+    async def _start_zygote(self) -> None:
+        assert self._tg is not None
+        host = ZygoteHost(preload=self._preload, max_file_bytes=self.limits.max_file_bytes)
+        await host.start(self._tg)
+        pool = WarmPool(host, self._pool_size)
+        await pool.run(self._tg)
+        self._host, self._pool = host, pool
+        hello = host.hello
+        versions = "; ".join(f"{k} {v}" for k, v in sorted(hello.get("versions", {}).items()))
+        self.runtime = (f"corral {corral.__version__}; python {hello.get('python', '?')}"
+                        + (f"; {versions}" if versions else ""))
+
+    async def _supervise(self) -> None:
+        while not self._closing:
+            host = self._host
+            assert host is not None
+            with anyio.move_on_after(_MEMORY_POKE):
+                await host.dead.wait()
+            self._scheduler.poke()
+            if not host.dead.is_set() or self._closing:
+                continue
+            logger.error("zygote %s died; restarting it", host.pid)
+            if self._pool is not None:
+                self._pool.close()
+            await host.aclose()
+            self._restarts += 1
+            while not self._closing:
+                try:
+                    await self._start_zygote()
+                    break
+                except WorkerError:
+                    logger.exception("zygote restart failed")
+                    await anyio.sleep(_RESTART_BACKOFF)
+
+    async def aclose(self) -> None:
+        """Stop admitting work, stop sessions and workers, stop the zygote; idempotent."""
+        if self._stack is None or self._closing:
+            return
+        self._closing = True
+        with anyio.CancelScope(shield=True):
+            if self._sessions is not None:
+                await self._sessions.close_all()
+            if self._pool is not None:
+                self._pool.close()
+            if self._host is not None:
+                await self._host.aclose()
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()
+        await self._stack.aclose()
+        self._stack = None
+
+    @property
+    def running(self) -> bool:
+        return self._stack is not None and not self._closing
+
+    def _check_open(self) -> None:
+        if not self.running:
+            raise EngineClosed("the engine is not running (use `async with Engine()`)")
+
+    # runs ------------------------------------------------------------------------------
+
+    def evidence(self, code: str, inputs: Sequence[Input], limits: Limits) -> Evidence:
+        return Evidence(
+            code_sha256=hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest(),
+            runtime=self.runtime,
+            inputs=tuple(InputEvidence(i.id, i.text_sha256, i.original_sha256) for i in inputs),
+            limits=limits.as_dict(),
+        )
+
+    def _refuse(self, outcome: Outcome, message: str, evidence: Evidence,
+                started: float) -> ExecutionResult:
+        self._outcomes[outcome] += 1
+        return ExecutionResult(outcome=outcome, message=message, evidence=evidence,
+                               elapsed_ms=(time.perf_counter() - started) * 1000.0)
+
+    async def run(
+        self,
+        code: str,
+        *,
+        inputs: Sequence[Input] = (),
+        limits: Limits | None = None,
+        on_event: RunEventSink | None = None,
+        cancel: anyio.Event | None = None,
+    ) -> ExecutionResult:
+        """Run ``code`` once in a fresh worker.
+
+        Args:
+            code: Python source; the value of a trailing expression becomes ``result``.
+            inputs: sources mounted read-only under ``/inputs``.
+            limits: bounds for this call; the engine's default when None.
+            on_event: receives metadata-only lifecycle events.
+            cancel: set it to stop the run; the result then has outcome ``cancelled``.
+
+        Raises:
+            EngineClosed: the engine is not running.
+        """
+        self._check_open()
+        limits = limits or self.limits
+        started = time.perf_counter()
+        evidence = self.evidence(code, inputs, limits)
+        problem = validate_request(code, inputs, limits)
+        if problem:
+            return self._refuse("invalid_input", problem, evidence, started)
+        job = _Job(started, limits, on_event)
+        deadline = anyio.current_time() + limits.timeout
+        result: ExecutionResult | None = None
+        async with anyio.create_task_group() as tg:
+            with anyio.CancelScope(deadline=deadline) as scope:
+                if cancel is not None:
+                    tg.start_soon(_cancel_on, cancel, scope, job)
+                try:
+                    async with self._scheduler.slot(on_queued=job.queued):
+                        job.admitted()
+                        result = await self._one_shot(job, code, inputs, evidence)
+                except Busy as exc:
+                    result = self._refuse("busy", str(exc), evidence, started)
+            tg.cancel_scope.cancel()
+        if result is None:
+            outcome: Outcome = "cancelled" if job.cancelled_explicitly else "timeout"
+            message = ("the run was cancelled" if outcome == "cancelled"
+                       else f"the run exceeded its {limits.timeout:g} s deadline")
+            result = job.stopped(outcome, message, evidence)
+        self._outcomes[result.outcome] += 1
+        job.finished(result)
+        return result
+
+    async def _one_shot(self, job: _Job, code: str, inputs: Sequence[Input],
+                        evidence: Evidence) -> ExecutionResult:
+        pool = self._pool
+        if pool is None:
+            raise EngineClosed("the engine has no worker pool")
+        try:
+            worker = await pool.take()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            return job.stopped("worker_error", "the zygote restarted; try again", evidence)
+        try:
+            return await self.execute_on(worker, job, code, inputs, evidence, session=False)
+        finally:
+            job.drain(worker)
+            worker.close()
+
+    async def execute_on(self, worker: Worker, job: _Job, code: str, inputs: Sequence[Input],
+                         evidence: Evidence, *, session: bool) -> ExecutionResult:
+        """Send one request to ``worker`` and build the result (shared with sessions)."""
+        job.worker = worker
+        request = request_for(code, inputs, job.limits, anyio.current_effective_deadline())
+        blobs: list[bytes] = []
+        for item in inputs:
+            blobs.append(item.text)
+            if item.original is not None:
+                blobs.append(item.original)
+        try:
+            report: WorkerReport = await worker.execute(
+                request, blobs, job.capture.stdout, job.capture.stderr, job.executing)
+        except WorkerError as exc:
+            job.drain(worker)
+            logger.warning("worker %s failed: %s", worker.pid, exc)
+            return job.stopped("worker_error", f"the worker failed: {exc}", evidence)
+        try:
+            return build_result("ok", job.capture, job.limits, report=report.done,
+                                contents=report.contents, evidence=evidence, **job.timing())
+        except WorkerError as exc:
+            return job.stopped("worker_error", f"the worker sent a bad report: {exc}", evidence)
+
+    # sessions ----------------------------------------------------------------------------
+
+    async def open_session(self, *, session_id: str | None = None,
+                           limits: Limits | None = None) -> Any:
+        """Open a stateful session backed by a persistent isolated worker.
+
+        Raises:
+            EngineClosed: the engine is not running.
+        """
+        self._check_open()
+        return await self._sessions.open(session_id=session_id, limits=limits or self.limits)
+
+    def get_session(self, session_id: str) -> Any:
+        """Raises: SessionNotFound."""
+        self._check_open()
+        return self._sessions.get(session_id)
+
+    def sessions(self) -> list[Any]:
+        return [] if self._sessions is None else self._sessions.all()
+
+    async def spawn_session_worker(self, session_dir_fd: int) -> Worker:
+        """A worker whose cwd is a bind of ``session_dir_fd``; it serves many requests.
+
+        Raises:
+            ZygoteUnavailable: no zygote is running.
+        """
+        if self._host is None:
+            raise ZygoteUnavailable("no zygote")
+        worker = await self._host.spawn(session_dir_fd=session_dir_fd)
+        try:
+            await worker.wait_ready()
+        except BaseException:
+            worker.close()
+            raise
+        return worker
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self._scheduler
+
+    def count_outcome(self, outcome: str) -> None:
+        self._outcomes[outcome] += 1
+
+    def statistics(self) -> EngineStatistics:
+        pool = self._pool.statistics() if self._pool is not None else None
+        sched = self._scheduler.statistics()
+        return EngineStatistics(
+            capacity=sched.capacity, running=sched.running, queued=sched.queued,
+            queue_size=sched.queue_size, pool_size=self._pool_size,
+            pool_ready=pool.ready if pool else 0,
+            sessions=len(self.sessions()), zygote_restarts=self._restarts,
+            runs_by_outcome=dict(self._outcomes), scheduler=sched,
+        )
+
+
+def validate_request(code: str, inputs: Sequence[Input], limits: Limits) -> str:
+    """The reason a request cannot run at all, or "" when it can."""
+    if not isinstance(code, str):
+        return "code must be a string"
+    if len(code) > limits.code_chars:
+        return f"code has {len(code)} characters; the limit is {limits.code_chars}"
+    if "\x00" in code:
+        return "code contains a NUL character"
+    if len(inputs) > limits.max_sources:
+        return f"{len(inputs)} inputs; at most {limits.max_sources} may be mounted"
+    if len({i.id for i in inputs}) != len(inputs):
+        return "input ids must be unique"
+    return ""
+
+
+def request_for(code: str, inputs: Sequence[Input], limits: Limits,
+                deadline: float) -> dict[str, Any]:
+    remaining = max(0.0, deadline - anyio.current_time()) if math.isfinite(deadline) else (
+        limits.timeout)
+    return {
+        "t": "run", "code": code,
+        "limits": {
+            "work_bytes": limits.work_bytes, "memory_bytes": limits.memory_bytes,
+            "cpu_seconds": math.ceil(remaining) + 1, "pids": limits.pids,
+            "file_bytes": limits.file_bytes, "open_files": limits.open_files,
+            "max_files": limits.max_files, "max_file_bytes": limits.max_file_bytes,
+            "max_display": limits.max_display, "display_bytes": limits.display_bytes,
+        },
+        "inputs": [{"id": i.id, "media_type": i.media_type, "original": i.original is not None}
+                   for i in inputs],
+    }
+
+
+async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope, job: _Job) -> None:
+    await event.wait()
+    job.cancelled_explicitly = True
+    scope.cancel()
+
+
+class _Job:
+    """Book-keeping for one run: timing, capture and metadata-only events."""
+
+    def __init__(self, started: float, limits: Limits, on_event: RunEventSink | None) -> None:
+        self.started = started
+        self.limits = limits
+        self.capture = Capture(limits)
+        self._on_event = on_event
+        self.admitted_at: float | None = None
+        self.cancelled_explicitly = False
+        self.worker: Worker | None = None
+        self.restarted = False
+
+    def _ms(self, since: float | None = None) -> float:
+        return (time.perf_counter() - (since or self.started)) * 1000.0
+
+    def _emit(self, **fields: Any) -> None:
+        if self._on_event is not None:
+            self._on_event(RunEvent(elapsed_ms=self._ms(), **fields))
+
+    def queued(self) -> None:
+        self._emit(phase="queued")
+
+    def admitted(self) -> None:
+        self.admitted_at = time.perf_counter()
+        self._emit(phase="started")
+
+    def executing(self) -> None:
+        self._emit(phase="executing")
+
+    def timing(self) -> dict[str, Any]:
+        queued = 0.0 if self.admitted_at is None else (self.admitted_at - self.started) * 1000
+        return {"elapsed_ms": self._ms(), "queued_ms": queued, "restarted": self.restarted}
+
+    def drain(self, worker: Worker) -> None:
+        worker.kill()
+        worker.drain(self.capture.stdout, self.capture.stderr)
+
+    def stopped(self, outcome: Outcome, message: str, evidence: Evidence) -> ExecutionResult:
+        if self.worker is not None:
+            self.drain(self.worker)
+        return build_result(outcome, self.capture, self.limits, message=message,
+                            evidence=evidence, **self.timing())
+
+    def finished(self, result: ExecutionResult) -> None:
+        self._emit(phase="finished", outcome=result.outcome,
+                   stdout_chars=len(result.stdout), stderr_chars=len(result.stderr),
+                   result_chars=len(result.result.get("text/plain", "")) if result.result else 0,
+                   omitted_chars=sum(result.omitted.values()),
+                   display_count=len(result.display), file_count=len(result.files))

@@ -1,0 +1,58 @@
+"""What a run may mount under ``/inputs`` and the metadata-only events it reports."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["Input", "RunEvent", "RunEventSink"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Input:
+    """One source mounted read-only into a worker.
+
+    The canonical text appears at ``/inputs/<id>.txt``; the original bytes, when given, at
+    ``/inputs/<id>.orig``. Python sees ``input_files`` (``{id: text path}``) and
+    ``input_assets`` (``{id: {"text", "original", "media_type"}}``).
+    """
+
+    id: str
+    text: bytes
+    original: bytes | None = None
+    media_type: str = "text/plain"
+    text_sha256: str = field(default="")
+    original_sha256: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.id or not all(c.isalnum() or c in "-_" for c in self.id):
+            raise ValueError(f"input id must be [A-Za-z0-9_-]+, not {self.id!r}")
+        if not self.text_sha256:
+            object.__setattr__(self, "text_sha256", hashlib.sha256(self.text).hexdigest())
+        if self.original is not None and self.original_sha256 is None:
+            object.__setattr__(
+                self, "original_sha256", hashlib.sha256(self.original).hexdigest()
+            )
+
+
+Phase = Literal["queued", "started", "executing", "finished"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunEvent:
+    """A metadata-only lifecycle event: never code, output, names, paths or error text."""
+
+    phase: Phase
+    elapsed_ms: float
+    outcome: str | None = None
+    stdout_chars: int | None = None
+    stderr_chars: int | None = None
+    result_chars: int | None = None
+    omitted_chars: int | None = None
+    display_count: int | None = None
+    file_count: int | None = None
+
+
+RunEventSink = Callable[[RunEvent], None]

@@ -1,0 +1,183 @@
+"""Every exception corral raises, in one hierarchy.
+
+User-code failures are results (an ``ExecutionResult`` with an outcome), never exceptions.
+What follows are infrastructure failures and caller mistakes that have no result to attach to::
+
+    * CorralError
+      + ConfigError       bad corral.toml, CORRAL_* variable or flag
+      + IsolationError    the host cannot build the sandbox (`corral doctor` says why)
+      + WorkerError       WorkerCrashed · WorkerProtocolError · ZygoteUnavailable
+      + EngineError       EngineClosed · SessionClosed · SessionNotFound · Busy
+                          · InvalidPath · SessionDiskFull · FileTooLarge
+      + SourceError       SourceNotFound · UnsupportedSource · SourceTooLarge
+      + ToolError         UnknownTool · ToolNameTaken · QuotaExceeded · InvalidToolInput
+      + RemoteError       RemoteUnavailable > RemoteTimeout · RemoteStatusError > RemoteAuthError
+                          · RemoteUnreadable
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Busy",
+    "ConfigError",
+    "CorralError",
+    "EngineClosed",
+    "EngineError",
+    "FileTooLarge",
+    "InvalidPath",
+    "InvalidToolInput",
+    "IsolationError",
+    "QuotaExceeded",
+    "RemoteAuthError",
+    "RemoteError",
+    "RemoteStatusError",
+    "RemoteTimeout",
+    "RemoteUnavailable",
+    "RemoteUnreadable",
+    "SessionClosed",
+    "SessionDiskFull",
+    "SessionNotFound",
+    "SourceError",
+    "SourceNotFound",
+    "SourceTooLarge",
+    "ToolError",
+    "ToolNameTaken",
+    "UnknownTool",
+    "UnsupportedSource",
+    "WorkerCrashed",
+    "WorkerError",
+    "WorkerProtocolError",
+    "ZygoteUnavailable",
+]
+
+
+class CorralError(Exception):
+    """Base of every exception corral raises on purpose."""
+
+
+class ConfigError(CorralError):
+    """A configuration file, environment variable or flag is invalid."""
+
+
+class IsolationError(CorralError):
+    """This host cannot build the sandbox; the message says which feature is missing."""
+
+
+class WorkerError(CorralError):
+    """A worker or the zygote failed; per run this becomes outcome ``worker_error``."""
+
+
+class WorkerCrashed(WorkerError):
+    """A worker died before it delivered a result."""
+
+
+class WorkerProtocolError(WorkerError):
+    """A worker sent a malformed or oversized message."""
+
+
+class ZygoteUnavailable(WorkerError):
+    """The zygote died or could not be (re)started."""
+
+
+class EngineError(CorralError):
+    """The engine cannot take this call in its current state."""
+
+
+class EngineClosed(EngineError):
+    """The engine was closed (or never started); it admits no new work."""
+
+
+class SessionClosed(EngineError):
+    """The session was closed or expired; open a new one."""
+
+
+class SessionNotFound(EngineError):
+    """No session has this id (or it belongs to someone else)."""
+
+
+class Busy(EngineError):
+    """The run queue is full; retry later."""
+
+
+class InvalidPath(EngineError):
+    """A session file path is malformed, escapes the session folder or crosses a symlink."""
+
+
+class SessionDiskFull(EngineError):
+    """Writing this file would exceed the session's disk quota."""
+
+
+class FileTooLarge(EngineError):
+    """A file exceeds the size bound of this operation (an upload or read limit)."""
+
+
+class SourceError(CorralError):
+    """A source could not be registered or resolved."""
+
+
+class SourceNotFound(SourceError):
+    """No source with this id exists in this invocation."""
+
+
+class UnsupportedSource(SourceError):
+    """The attachment's type is not supported or its bytes are corrupt."""
+
+
+class SourceTooLarge(SourceError):
+    """The attachment exceeds the configured size bound."""
+
+
+class ToolError(CorralError):
+    """A tool could not be registered or called."""
+
+
+class UnknownTool(ToolError):
+    """No tool with this name is registered."""
+
+
+class ToolNameTaken(ToolError):
+    """Another tool already holds this name; registrations never replace each other."""
+
+
+class QuotaExceeded(ToolError):
+    """The invocation has spent its call quota."""
+
+
+class InvalidToolInput(ToolError):
+    """The arguments do not match the tool's schema."""
+
+
+class RemoteError(CorralError):
+    """A call to a remote API (Mistral) failed."""
+
+
+class RemoteUnavailable(RemoteError):
+    """The remote API could not be reached."""
+
+
+class RemoteTimeout(RemoteUnavailable):
+    """The remote API did not answer in time."""
+
+
+class RemoteStatusError(RemoteError):
+    """The remote API answered with an error status.
+
+    Attributes:
+        status: the HTTP status code.
+        code: the provider's error code as a string, or None.
+        message: the provider's message, flattened and capped.
+    """
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(f"HTTP {status}" + (f" (code {code})" if code else "") + f": {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class RemoteAuthError(RemoteStatusError):
+    """The remote API rejected the credentials (401/403)."""
+
+
+class RemoteUnreadable(RemoteError):
+    """The remote API answered with success, but with a body corral could not read."""

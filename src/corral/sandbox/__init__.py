@@ -1,0 +1,28 @@
+"""Isolation and workers: the zygote, the warm pool, the in-sandbox runner and its protocol.
+
+Above: corral.engine, which schedules runs, applies deadlines and fits output. Below: the
+Linux kernel (namespaces, seccomp, rlimits) and CPython. Knows nothing of sessions, deadlines,
+outcomes or wire formats: it starts workers, passes one request to each and reports what
+came back.
+"""
+
+from corral.sandbox._doctor import DoctorReport, Feature, doctor
+from corral.sandbox._host import DEFAULT_PRELOAD, ZygoteHost
+from corral.sandbox._pool import PoolStatistics, WarmPool
+from corral.sandbox._seccomp import DENIED_SYSCALLS
+from corral.sandbox._worker import ExitInfo, OutputSink, Worker, WorkerReport
+
+__all__ = [
+    "DEFAULT_PRELOAD",
+    "DENIED_SYSCALLS",
+    "DoctorReport",
+    "ExitInfo",
+    "Feature",
+    "OutputSink",
+    "PoolStatistics",
+    "WarmPool",
+    "Worker",
+    "WorkerReport",
+    "ZygoteHost",
+    "doctor",
+]

@@ -1,0 +1,173 @@
+"""Jupyter-style cell semantics inside a worker.
+
+The value of a trailing expression becomes ``result``; ``display()`` (ours, and IPython's,
+which is routed here) appends to ``display``; matplotlib figures shown or left open become
+``image/png`` entries. MIME rendering is IPython's ``DisplayFormatter``; this module only
+decides when to call it and bounds what it keeps.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import builtins
+import io
+import linecache
+import sys
+import traceback
+import types
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["CellOutput", "Display", "execute_cell", "install_display"]
+
+CELL_FILENAME = "<cell>"
+_THIS_FILE = __file__
+
+
+class Display:
+    """Collects display bundles up to a count and byte bound."""
+
+    def __init__(self) -> None:
+        self.formatter: Any = None
+        self.bundles: list[dict[str, Any]] = []
+        self.omitted = 0
+        self.max_items = 16
+        self.max_bytes = 8 * 1024 * 1024
+        self._bytes = 0
+
+    def reset(self, max_items: int, max_bytes: int) -> None:
+        self.bundles = []
+        self.omitted = 0
+        self.max_items = max_items
+        self.max_bytes = max_bytes
+        self._bytes = 0
+
+    def bundle(self, obj: Any, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        data, _metadata = self.formatter.format(obj, include=include, exclude=exclude)
+        return {mime: _jsonable(value) for mime, value in data.items()}
+
+    def publish(self, data: dict[str, Any]) -> None:
+        size = sum(len(v) if isinstance(v, str) else len(repr(v)) for v in data.values())
+        if len(self.bundles) >= self.max_items or self._bytes + size > self.max_bytes:
+            self.omitted += 1
+            return
+        self._bytes += size
+        self.bundles.append(data)
+
+    def __call__(self, *objs: Any, include: Any = None, exclude: Any = None,
+                 raw: bool = False, **_ignored: Any) -> None:
+        for obj in objs:
+            if raw and isinstance(obj, dict):
+                self.publish({k: _jsonable(v) for k, v in obj.items()})
+            else:
+                self.publish(self.bundle(obj, include, exclude))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    return value
+
+
+def _figure_png(figure: Any) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def install_display(display: Display) -> None:
+    """Wire IPython's formatter, IPython's display() and matplotlib's show() to ``display``."""
+    from IPython.core.formatters import DisplayFormatter
+
+    display.formatter = DisplayFormatter()
+    builtins.display = display  # type: ignore[attr-defined]
+    try:
+        import IPython.core.display_functions as display_functions
+        import IPython.display as ipython_display
+
+        display_functions.display = display
+        ipython_display.display = display  # type: ignore[assignment]
+    except ImportError:
+        pass
+    if "matplotlib" in sys.modules:
+        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
+
+        display.formatter.formatters["image/png"].for_type(Figure, _figure_png)
+
+        def show(*_args: Any, **_kwargs: Any) -> None:
+            flush_figures(display)
+
+        plt.show = show
+
+
+def flush_figures(display: Display) -> None:
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    for number in plt.get_fignums():
+        display(plt.figure(number))
+    plt.close("all")
+
+
+class CellOutput:
+    __slots__ = ("error", "result")
+
+    def __init__(self) -> None:
+        self.result: dict[str, Any] | str = ""
+        self.error: dict[str, str] | None = None
+
+
+def _split(code: str) -> tuple[types.CodeType, types.CodeType | None]:
+    tree = ast.parse(code, CELL_FILENAME, "exec")
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    last: types.CodeType | None = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr) and not code.rstrip().endswith(";"):
+        expr = ast.Expression(tree.body.pop().value)
+        last = compile(expr, CELL_FILENAME, "eval", flags=flags)
+    return compile(tree, CELL_FILENAME, "exec", flags=flags), last
+
+
+def _run(code: types.CodeType, namespace: dict[str, Any], mode: str) -> Any:
+    value = eval(code, namespace) if mode == "eval" else exec(code, namespace)  # noqa: S307
+    if isinstance(value, types.CoroutineType):
+        import asyncio
+
+        return asyncio.run(value)
+    return value
+
+
+def _user_traceback(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == _THIS_FILE:
+        tb = tb.tb_next
+    if isinstance(exc, SyntaxError):
+        return "".join(traceback.format_exception_only(type(exc), exc))
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def execute_cell(code: str, namespace: dict[str, Any], display: Display,
+                 on_error: Callable[[str], None]) -> CellOutput:
+    """Run one cell in ``namespace``; exceptions become ``CellOutput.error``."""
+    out = CellOutput()
+    lines = code.splitlines(keepends=True)
+    linecache.cache[CELL_FILENAME] = (len(code), None, lines, CELL_FILENAME)
+    try:
+        body, last = _split(code)
+        _run(body, namespace, "exec")
+        if last is not None:
+            value = _run(last, namespace, "eval")
+            if value is not None:
+                namespace["_"] = value
+                out.result = display.bundle(value)
+    except BaseException as exc:  # noqa: BLE001 - user code may raise anything, SystemExit too
+        text = _user_traceback(exc)
+        on_error(text)
+        out.error = {"type": type(exc).__name__, "message": str(exc), "traceback": text}
+    finally:
+        try:
+            flush_figures(display)
+        except Exception as exc:  # noqa: BLE001 - a broken figure must not hide the result
+            on_error(f"could not render figures: {type(exc).__name__}: {exc}\n")
+    return out

@@ -1,0 +1,209 @@
+"""The engine's side of the zygote: start it, ask it for workers, hear about exits.
+
+The control channel is a SOCK_SEQPACKET pair: one JSON message per packet, fds travelling as
+SCM_RIGHTS. The engine creates each worker's socket and pipes itself and passes the worker's
+ends down, so worker traffic never passes through the zygote.
+"""
+
+from __future__ import annotations
+
+import array
+import itertools
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from corral.errors import IsolationError, ZygoteUnavailable
+from corral.sandbox._worker import ExitInfo, Worker
+
+__all__ = ["DEFAULT_PRELOAD", "ZygoteHost"]
+
+logger = logging.getLogger("corral.sandbox")
+
+DEFAULT_PRELOAD = ("numpy", "pandas", "matplotlib")
+_START_TIMEOUT = 120.0  # seconds; the first import of pandas and matplotlib can be slow
+_SPAWN_TIMEOUT = 10.0  # seconds for the zygote to clone; it only ever forks
+_MESSAGE_BYTES = 65536
+_ZYGOTE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ")
+
+
+class ZygoteHost:
+    """One running zygote and the workers it has spawned for us."""
+
+    def __init__(self, *, preload: tuple[str, ...] = DEFAULT_PRELOAD, uid: int = 65534,
+                 gid: int = 65534, max_file_bytes: int = 16 * 1024 * 1024) -> None:
+        self._preload = preload
+        self._uid = uid
+        self._gid = gid
+        self._max_file_bytes = max_file_bytes
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[anyio.Event, list[Any]]] = {}
+        self._workers: dict[int, Worker] = {}
+        self._process: subprocess.Popen[bytes] | None = None
+        self._ctl: socket.socket | None = None
+        self.dead = anyio.Event()
+        self.hello: dict[str, Any] = {}
+
+    async def start(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Start the zygote and wait until it has preloaded and built the sandbox root.
+
+        Raises:
+            IsolationError: the zygote could not build the sandbox on this host.
+            ZygoteUnavailable: it died or did not answer in time.
+        """
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {k: os.environ[k] for k in _ZYGOTE_ENV_KEYS if k in os.environ}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self._process = subprocess.Popen(
+            [sys.executable, "-I", "-m", "corral.sandbox._zygote", "--ctl-fd",
+             str(theirs.fileno()), "--preload", ",".join(self._preload),
+             "--uid", str(self._uid), "--gid", str(self._gid)],
+            pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL, close_fds=True,
+        )
+        theirs.close()
+        ours.setblocking(False)
+        self._ctl = ours
+        with anyio.move_on_after(_START_TIMEOUT):
+            message, _ = await self._receive()
+            if message is None:
+                raise ZygoteUnavailable("the zygote exited during start-up")
+            if message.get("t") == "failed":
+                raise IsolationError(f"cannot build the sandbox: {message.get('error')}"
+                                     " (run `corral doctor`)")
+            self.hello = message
+            task_group.start_soon(self._read_loop)
+            return
+        self.kill()
+        raise ZygoteUnavailable("the zygote did not start in time")
+
+    async def _receive(self) -> tuple[dict[str, Any] | None, list[int]]:
+        assert self._ctl is not None
+        fds = array.array("i")
+        while True:
+            try:
+                data, ancdata, _flags, _addr = self._ctl.recvmsg(
+                    _MESSAGE_BYTES, socket.CMSG_SPACE(4 * fds.itemsize))
+                break
+            except BlockingIOError:
+                await anyio.wait_readable(self._ctl)
+            except OSError:
+                return None, []
+        for level, kind, raw in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(raw[: len(raw) - (len(raw) % fds.itemsize)])
+        if not data:
+            return None, list(fds)
+        return json.loads(data), list(fds)
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                message, fds = await self._receive()
+                if message is None:
+                    return
+                kind = message.get("t")
+                if kind == "spawned" and message.get("id") in self._pending:
+                    event, box = self._pending[message["id"]]
+                    box.extend([message["pid"], fds[0]])
+                    event.set()
+                elif kind == "exit":
+                    worker = self._workers.pop(int(message["pid"]), None)
+                    if worker is not None:
+                        worker.notify_exit(ExitInfo(int(message["code"]),
+                                                    float(message["cpu_ms"]),
+                                                    int(message["peak_rss_kb"])))
+                else:
+                    for fd in fds:
+                        os.close(fd)
+        finally:
+            self._mark_dead()
+
+    def _mark_dead(self) -> None:
+        self.dead.set()
+        for event, _ in self._pending.values():
+            event.set()
+        for worker in self._workers.values():
+            worker.notify_exit(ExitInfo(-9, 0.0, 0))
+        self._workers.clear()
+
+    async def spawn(self, *, session_dir_fd: int | None = None) -> Worker:
+        """Clone a new worker; it is isolated but may still be starting up.
+
+        Raises:
+            ZygoteUnavailable: the zygote is gone or did not answer.
+        """
+        if self.dead.is_set() or self._ctl is None:
+            raise ZygoteUnavailable("the zygote is not running")
+        ident = next(self._ids)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        passed = [theirs.fileno(), out_w, err_w]
+        if session_dir_fd is not None:
+            passed.append(session_dir_fd)
+        event = anyio.Event()
+        box: list[Any] = []
+        self._pending[ident] = (event, box)
+        try:
+            payload = json.dumps({"t": "spawn", "id": ident,
+                                  "session": session_dir_fd is not None}).encode()
+            ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", passed))]
+            while True:
+                try:
+                    self._ctl.sendmsg([payload], ancillary)
+                    break
+                except BlockingIOError:
+                    await anyio.wait_writable(self._ctl)
+                except OSError as exc:
+                    raise ZygoteUnavailable(f"the zygote is gone: {exc}") from exc
+            theirs.close()
+            os.close(out_w)
+            os.close(err_w)
+            with anyio.move_on_after(_SPAWN_TIMEOUT):
+                await event.wait()
+            if not box:
+                for fd in (out_r, err_r):
+                    os.close(fd)
+                ours.close()
+                raise ZygoteUnavailable("the zygote did not spawn a worker")
+        finally:
+            self._pending.pop(ident, None)
+        worker = Worker(int(box[0]), int(box[1]), ours, out_r, err_r,
+                        max_file_bytes=self._max_file_bytes)
+        self._workers[worker.pid] = worker
+        return worker
+
+    async def ping(self) -> bool:
+        """True when the zygote answers over its control channel (used by the supervisor)."""
+        if self.dead.is_set() or self._ctl is None:
+            return False
+        try:
+            self._ctl.send(json.dumps({"t": "ping"}).encode())
+        except OSError:
+            return False
+        return True
+
+    def kill(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+
+    async def aclose(self) -> None:
+        if self._ctl is not None:
+            self._ctl.close()
+            self._ctl = None
+        if self._process is not None:
+            self.kill()
+            with anyio.move_on_after(5):
+                await anyio.to_thread.run_sync(self._process.wait)
+        self._mark_dead()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid

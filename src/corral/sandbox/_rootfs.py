@@ -1,0 +1,157 @@
+"""The worker's root file system: built once by the zygote, entered by every worker.
+
+The zygote (still root, in a private mount namespace) assembles a template tree on a tmpfs:
+read-only binds of ``/usr`` and of the Python runtime and packages, a minimal ``/etc`` and
+``/dev``, and empty mount points. Each worker then mounts its own tmpfs ``/work``, ``/tmp``,
+``/inputs`` and ``/proc`` onto the template and pivots into it, so nothing else of the host
+exists for it. Paths keep their host names because preloaded modules remember where they came
+from; only the directories that hold the runtime are bound, never their parents' contents.
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from corral.sandbox import _syscalls as sc
+
+__all__ = [
+    "OVERLAID",
+    "SANDBOX_GID",
+    "SANDBOX_UID",
+    "STAGE",
+    "build_template",
+    "runtime_paths",
+    "template_root",
+]
+
+_TEMPLATE_PARENTS = ("/run", "/mnt", "/media", "/srv", "/opt", "/var/tmp", "/tmp")
+STAGE = "/.corral-runtime"
+"""Where runtime directories that live under a worker-owned mount point are staged."""
+OVERLAID = ("/work", "/tmp", "/inputs", "/mnt", "/proc", "/dev", "/etc")
+"""Mount points each worker covers with its own file systems."""
+SANDBOX_UID = 1000
+SANDBOX_GID = 1000
+
+_SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_DEVICES = ("null", "zero", "full", "random", "urandom")
+_MOUNT_POINTS = ("proc", "work", "tmp", "inputs", "mnt/data", "dev/shm")
+_ETC_FILES = {
+    "passwd": "root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
+    f"sandbox:x:{SANDBOX_UID}:{SANDBOX_GID}:corral sandbox:/work:/bin/sh\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+    "group": f"root:x:0:\nsandbox:x:{SANDBOX_GID}:\nnogroup:x:65534:\n",
+    "hosts": "127.0.0.1 localhost\n::1 localhost\n",
+    "hostname": "corral\n",
+    "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+}
+_ETC_COPIES = ("ld.so.cache", "localtime", "mime.types")
+
+
+def runtime_paths(extra: Iterable[str] = ()) -> list[str]:
+    """Host directories a worker needs, outermost first, without nesting duplicates."""
+    import corral
+
+    candidates = {
+        sys.base_prefix,
+        sys.prefix,
+        sys.exec_prefix,
+        *site.getsitepackages(),
+        str(Path(corral.__file__).resolve().parent),
+        *extra,
+    }
+    for entry in sys.path:
+        path = Path(entry or ".").resolve()
+        if path.is_dir() and not (path / "corral").is_dir():
+            candidates.add(str(path))
+    real = sorted({os.path.realpath(p) for p in candidates if p and os.path.isdir(p)})
+    kept: list[str] = []
+    for path in real:
+        if path == "/" or any(path.startswith(f"{k}/") or path == k for k in kept):
+            continue
+        if any(path == f"/{d}" or path.startswith(f"/{d}/") for d in _SYSTEM_DIRS):
+            continue  # already inside a system bind
+        kept.append(path)
+    return kept
+
+
+def _bind_readonly(source: str, target: str) -> None:
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        Path(target).touch()
+    sc.mount(source, target, None, sc.MS_BIND | sc.MS_REC)
+    sc.mount(None, target, None,
+             sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | sc.MS_NOSUID)
+
+
+def _under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent + "/")
+
+
+def template_root(paths: Iterable[str]) -> str:
+    """A host directory to cover with the template: one no runtime path lives under."""
+    paths = list(paths)
+    for parent in _TEMPLATE_PARENTS:
+        if os.path.isdir(parent) and not any(_under(p, parent) for p in paths):
+            return parent + "/.corral-root"
+    raise OSError("no directory to build the sandbox root in (tried /run, /mnt, /tmp, ...)")
+
+
+def build_template(paths: Iterable[str]) -> tuple[str, list[tuple[str, str]]]:
+    """Build the template root; call as root after unsharing the mount namespace.
+
+    Returns the template's path and the runtime directories staged because they live under
+    a worker-owned mount point, as (staged path, path) pairs inside the sandbox.
+    """
+    paths = list(paths)
+    template = template_root(paths)
+    sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
+    base = os.path.dirname(template)
+    sc.mount("corral", base, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "mode=0755,size=1m")
+    os.makedirs(template, mode=0o755)
+    sc.mount("corral-root", template, "tmpfs", sc.MS_NOSUID, "mode=0755,size=16m")
+    root = Path(template)
+
+    for name in _SYSTEM_DIRS:
+        host = Path("/") / name
+        if host.is_symlink():
+            (root / name).symlink_to(os.readlink(host))
+        elif host.is_dir():
+            _bind_readonly(str(host), str(root / name))
+    staged: list[tuple[str, str]] = []
+    for path in paths:
+        if any(_under(path, point) for point in OVERLAID):
+            stage = f"{STAGE}/{len(staged)}"
+            _bind_readonly(path, str(root) + stage)
+            staged.append((stage, path))
+        else:
+            _bind_readonly(path, str(root) + path)
+
+    etc = root / "etc"
+    etc.mkdir(mode=0o755)
+    for name, text in _ETC_FILES.items():
+        (etc / name).write_text(text)
+    for name in _ETC_COPIES:
+        host = Path("/etc") / name
+        if host.is_file():
+            (etc / name).write_bytes(host.read_bytes())
+
+    dev = root / "dev"
+    dev.mkdir(mode=0o755)
+    for name in _DEVICES:
+        _bind_readonly(f"/dev/{name}", str(dev / name))
+        sc.mount(None, str(dev / name), None,
+                 sc.MS_REMOUNT | sc.MS_BIND | sc.MS_NOSUID | sc.MS_NOEXEC)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        (dev / name).symlink_to(target)
+
+    for name in _MOUNT_POINTS:
+        (root / name).mkdir(mode=0o755, parents=True, exist_ok=True)
+    sc.mount(None, template, None, sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID)
+    return template, staged

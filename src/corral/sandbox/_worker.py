@@ -1,0 +1,216 @@
+"""The engine's handle on one worker: its protocol socket, output pipes and pidfd.
+
+Stdout and stderr arrive on pipes the worker holds as fds 1 and 2, so output from C code and
+subprocesses is captured too; the engine consumes them while the code runs, into sinks that
+keep a bounded amount. Killing the worker means SIGKILL to its pidfd: the worker is init of
+its own pid namespace, so every process it started dies with it, and a pidfd never reaches a
+recycled pid.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+
+from corral.errors import WorkerCrashed, WorkerProtocolError
+from corral.sandbox._protocol import MAX_CONTROL_FRAME, FrameDecoder, encode_bytes, encode_json
+
+__all__ = ["ExitInfo", "OutputSink", "Worker", "WorkerReport"]
+
+_READ_CHUNK = 1 << 16
+
+
+class OutputSink(Protocol):
+    def feed(self, data: bytes) -> None: ...
+
+
+@dataclass(slots=True)
+class ExitInfo:
+    code: int
+    cpu_ms: float
+    peak_rss_kb: int
+
+
+@dataclass(slots=True)
+class WorkerReport:
+    """What a worker said about a finished request (untrusted; the engine validates it)."""
+
+    done: dict[str, Any]
+    contents: list[bytes] = field(default_factory=list)
+
+
+class Worker:
+    """A pre-isolated worker process; one-shot unless created for a session."""
+
+    def __init__(self, pid: int, pidfd: int, sock: socket.socket, out_fd: int, err_fd: int,
+                 *, max_file_bytes: int) -> None:
+        self.pid = pid
+        self._pidfd = pidfd
+        self._sock = sock
+        self._out = out_fd
+        self._err = err_fd
+        self._decoder = FrameDecoder(max(MAX_CONTROL_FRAME, max_file_bytes))
+        self._frames: list[tuple[str, Any]] = []
+        self.exited = anyio.Event()
+        self.exit_info: ExitInfo | None = None
+        self.killed = False
+        self.closed = False
+        for fd in (out_fd, err_fd):
+            os.set_blocking(fd, False)
+        sock.setblocking(False)
+
+    def notify_exit(self, info: ExitInfo) -> None:
+        self.exit_info = info
+        self.exited.set()
+
+    async def _next_frame(self) -> tuple[str, Any]:
+        while not self._frames:
+            try:
+                data = self._sock.recv(_READ_CHUNK)
+            except BlockingIOError:
+                await anyio.wait_readable(self._sock)
+                continue
+            except OSError as exc:
+                raise WorkerCrashed(f"worker {self.pid} socket failed: {exc}") from exc
+            if not data:
+                raise WorkerCrashed(f"worker {self.pid} exited before it answered")
+            self._frames.extend(self._decoder.feed(data))
+        return self._frames.pop(0)
+
+    async def _next_json(self) -> dict[str, Any]:
+        kind, message = await self._next_frame()
+        if kind != "J":
+            raise WorkerProtocolError("expected a JSON frame")
+        assert isinstance(message, dict)
+        return message
+
+    async def wait_ready(self) -> None:
+        """Wait for the worker to finish isolating itself.
+
+        Raises:
+            WorkerCrashed: it died during set-up; the message carries what it said.
+        """
+        try:
+            message = await self._next_json()
+        except WorkerCrashed as exc:
+            said: list[bytes] = []
+            with anyio.move_on_after(1):
+                await anyio.wait_readable(self._err)
+            try:
+                said.append(os.read(self._err, 4096))
+            except OSError:
+                pass
+            detail = b"".join(said).decode(errors="replace").strip()
+            raise WorkerCrashed(f"{exc}: {detail}" if detail else str(exc)) from None
+        if message.get("t") != "ready":
+            raise WorkerProtocolError(f"expected ready, got {message.get('t')!r}")
+
+    async def _send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                sent = self._sock.send(view)
+            except BlockingIOError:
+                await anyio.wait_writable(self._sock)
+                continue
+            except OSError as exc:
+                raise WorkerCrashed(f"worker {self.pid} stopped reading: {exc}") from exc
+            view = view[sent:]
+
+    async def _pump(self, fd: int, sink: OutputSink) -> None:
+        while True:
+            try:
+                data = os.read(fd, _READ_CHUNK)
+            except BlockingIOError:
+                await anyio.wait_readable(fd)
+                continue
+            if not data:
+                return
+            sink.feed(data)
+
+    def _drain(self, fd: int, sink: OutputSink) -> None:
+        while not self.closed:
+            try:
+                data = os.read(fd, _READ_CHUNK)
+            except (BlockingIOError, OSError):
+                return
+            if not data:
+                return
+            sink.feed(data)
+
+    async def execute(self, request: dict[str, Any], blobs: list[bytes], stdout: OutputSink,
+                      stderr: OutputSink, on_started: Callable[[], None]) -> WorkerReport:
+        """Send one request and return the worker's report; output streams into the sinks.
+
+        Raises:
+            WorkerCrashed: the worker died or closed its socket before reporting.
+            WorkerProtocolError: it sent something malformed or oversized.
+        """
+        report: WorkerReport | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._pump, self._out, stdout)
+            tg.start_soon(self._pump, self._err, stderr)
+            try:
+                await self._send(encode_json(request) + b"".join(encode_bytes(b) for b in blobs))
+                started = await self._next_json()
+                if started.get("t") != "started":
+                    raise WorkerProtocolError("expected started")
+                on_started()
+                done = await self._next_json()
+                if done.get("t") != "done":
+                    raise WorkerProtocolError("expected done")
+                contents: list[bytes] = []
+                files = done.get("files")
+                wanted = sum(1 for f in files if isinstance(f, dict) and f.get("content")) if (
+                    isinstance(files, list)) else 0
+                for _ in range(wanted):
+                    kind, blob = await self._next_frame()
+                    if kind != "B":
+                        raise WorkerProtocolError("expected file content")
+                    contents.append(blob)
+                report = WorkerReport(done, contents)
+            finally:
+                tg.cancel_scope.cancel()
+        self._drain(self._out, stdout)
+        self._drain(self._err, stderr)
+        assert report is not None
+        return report
+
+    def drain(self, stdout: OutputSink, stderr: OutputSink) -> None:
+        """Collect whatever output is already buffered (after a kill, say)."""
+        self._drain(self._out, stdout)
+        self._drain(self._err, stderr)
+
+    def interrupt(self) -> None:
+        self._signal(signal.SIGINT)
+
+    def kill(self) -> None:
+        self.killed = True
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, signum: int) -> None:
+        if self.closed:
+            return
+        try:
+            signal.pidfd_send_signal(self._pidfd, signum)
+        except ProcessLookupError:
+            pass
+
+    def close(self) -> None:
+        """Kill the worker (if alive) and release every fd; idempotent."""
+        if self.closed:
+            return
+        self.kill()
+        self.closed = True
+        self._sock.close()
+        for fd in (self._out, self._err, self._pidfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass

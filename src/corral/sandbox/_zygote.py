@@ -1,0 +1,193 @@
+"""The zygote: a single-threaded fork server with the runtime already imported.
+
+Started by the engine as ``python -m corral.sandbox._zygote`` with a scrubbed environment.
+As root it imports the preload set, compiles the seccomp policy, builds the template root in
+a private mount namespace, then drops to an unprivileged uid for good. From then on it only
+clones workers (each into new user, pid, mount, network, ipc and uts namespaces), hands the
+engine a pidfd for each, and reaps them. It never runs user code itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import gc
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+from typing import Any
+
+__all__ = ["main"]
+
+_NAMESPACES = 0x10000000 | 0x20000000 | 0x00020000 | 0x40000000 | 0x08000000 | 0x04000000
+_MAX_FDS = 4
+_MESSAGE_BYTES = 4096
+
+
+def _preload(modules: list[str]) -> dict[str, str]:
+    versions: dict[str, str] = {}
+    for name in modules:
+        module = importlib.import_module(name)
+        if name == "matplotlib":
+            module.use("Agg")
+            pyplot = importlib.import_module("matplotlib.pyplot")
+            importlib.import_module("matplotlib.backends.backend_agg")
+            pyplot.close(pyplot.figure())  # loads the font cache once, for every worker
+        versions[name] = str(getattr(module, "__version__", "?"))
+    return versions
+
+
+def _send(ctl: socket.socket, message: dict[str, Any], fds: list[int] = ()) -> None:  # type: ignore[assignment]
+    payload = json.dumps(message).encode()
+    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+    ctl.sendmsg([payload], ancillary)
+
+
+def _recv(ctl: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    fds = array.array("i")
+    data, ancdata, _flags, _addr = ctl.recvmsg(_MESSAGE_BYTES,
+                                               socket.CMSG_SPACE(_MAX_FDS * fds.itemsize))
+    for level, kind, raw in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(raw[: len(raw) - (len(raw) % fds.itemsize)])
+    if not data:
+        return None, list(fds)
+    return json.loads(data), list(fds)
+
+
+def _spawn(message: dict[str, Any], fds: list[int], ctl: socket.socket,
+           layout: tuple[str, list[tuple[str, str]]], bpf: bytes, uid: int, gid: int) -> None:
+    from corral.sandbox import _syscalls as sc
+
+    session = bool(message.get("session"))
+    pid = sc.clone_namespaces(_NAMESPACES)
+    if pid == 0:
+        try:
+            sc.set_pdeathsig(signal.SIGKILL)
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            null = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(fds[1], 1)
+            os.dup2(fds[2], 2)
+            os.dup2(fds[0], 3)
+            session_fd = None
+            if len(fds) > 3:
+                os.dup2(fds[3], 4)
+                session_fd = 4
+            os.closerange(5 if session_fd else 4, 1 << 20)
+            from corral.sandbox._runner import worker_main
+
+            worker_main(template=layout[0], staged=layout[1], session=session, session_dir_fd=session_fd, seccomp_bpf=bpf,
+                        outer_uid=uid, outer_gid=gid)
+        finally:
+            os._exit(71)
+    for fd in fds:
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    try:
+        _send(ctl, {"t": "spawned", "id": message["id"], "pid": pid}, [pidfd])
+    finally:
+        os.close(pidfd)
+
+
+def _reap(ctl: socket.socket) -> None:
+    while True:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _send(ctl, {
+            "t": "exit", "pid": pid,
+            "code": os.waitstatus_to_exitcode(status),
+            "cpu_ms": (usage.ru_utime + usage.ru_stime) * 1000.0,
+            "peak_rss_kb": usage.ru_maxrss,
+        })
+
+
+def _drop_privileges(uid: int, gid: int) -> None:
+    from corral.sandbox import _syscalls as sc
+
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    # setuid made us non-dumpable, which would make /proc/self/uid_map unwritable for workers.
+    sc.set_dumpable(True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="corral-zygote")
+    parser.add_argument("--ctl-fd", type=int, required=True)
+    parser.add_argument("--preload", default="numpy,pandas,matplotlib")
+    parser.add_argument("--uid", type=int, default=65534)
+    parser.add_argument("--gid", type=int, default=65534)
+    args = parser.parse_args(argv)
+    ctl = socket.socket(fileno=args.ctl_fd)
+
+    from corral.sandbox import _syscalls as sc
+
+    sc.set_pdeathsig(signal.SIGKILL)
+    try:
+        for key in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[key] = "1"
+        os.environ["MPLBACKEND"] = "Agg"
+        modules = [m for m in args.preload.split(",") if m]
+        versions = _preload(modules)
+        import corral.numeric  # noqa: F401 - importable inside the sandbox at no cost
+        from corral.sandbox import _runner
+        from corral.sandbox._cell import install_display
+        from corral.sandbox._rootfs import build_template, runtime_paths
+        from corral.sandbox._seccomp import build_policy_bpf
+
+        install_display(_runner.DISPLAY)
+        bpf = build_policy_bpf()
+        sc.unshare(0x00020000)
+        layout = build_template(runtime_paths())
+        _drop_privileges(args.uid, args.gid)
+    except BaseException as exc:  # noqa: BLE001 - the engine turns this into IsolationError
+        _send(ctl, {"t": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        sys.exit(1)
+
+    gc.collect()
+    gc.freeze()  # keep the collector from dirtying every inherited page in each worker
+    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(write_end)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    python = sys.version.split()[0]
+    _send(ctl, {"t": "hello", "pid": os.getpid(), "python": python, "versions": versions})
+
+    selector = selectors.DefaultSelector()
+    selector.register(ctl, selectors.EVENT_READ)
+    selector.register(read_end, selectors.EVENT_READ)
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is ctl:
+                message, fds = _recv(ctl)
+                if message is None:
+                    return
+                if message.get("t") == "spawn":
+                    _spawn(message, fds, ctl, layout, bpf, args.uid, args.gid)
+                elif message.get("t") == "ping":
+                    _send(ctl, {"t": "pong", "n": message.get("n")})
+                else:
+                    for fd in fds:
+                        os.close(fd)
+            else:
+                try:
+                    while os.read(read_end, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                _reap(ctl)
+
+
+if __name__ == "__main__":
+    main()
