@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "DEFAULT_LIMITS": "corral._limits",
+    "Engine": "corral.engine",
     "ExecutionResult": "corral.engine",
     "Input": "corral.engine",
     "Limits": "corral._limits",
@@ -24,7 +25,7 @@ __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:
     from corral._limits import DEFAULT_LIMITS, Limits
-    from corral.engine import ExecutionResult, Input, RunEvent
+    from corral.engine import Engine, ExecutionResult, Input, RunEvent
 
 
 def __getattr__(name: str) -> Any:

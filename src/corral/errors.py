@@ -7,7 +7,7 @@ What follows are infrastructure failures and caller mistakes that have no result
       + ConfigError       bad corral.toml, CORRAL_* variable or flag
       + IsolationError    the host cannot build the sandbox (`corral doctor` says why)
       + WorkerError       WorkerCrashed · WorkerProtocolError · ZygoteUnavailable
-      + EngineError       EngineClosed · SessionClosed · SessionNotFound · Busy
+      + EngineError       EngineClosed · SessionClosed · SessionExists · SessionNotFound · Busy
                           · InvalidPath · SessionDiskFull · FileTooLarge
       + SourceError       SourceNotFound · UnsupportedSource · SourceTooLarge
       + ToolError         UnknownTool · ToolNameTaken · QuotaExceeded · InvalidToolInput
@@ -36,6 +36,7 @@ __all__ = [
     "RemoteUnreadable",
     "SessionClosed",
     "SessionDiskFull",
+    "SessionExists",
     "SessionNotFound",
     "SourceError",
     "SourceNotFound",
@@ -89,6 +90,10 @@ class EngineClosed(EngineError):
 
 class SessionClosed(EngineError):
     """The session was closed or expired; open a new one."""
+
+
+class SessionExists(EngineError):
+    """A session with this id is already open."""
 
 
 class SessionNotFound(EngineError):

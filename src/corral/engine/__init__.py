@@ -5,7 +5,9 @@ which knows no sessions, deadlines or wire formats. Not HTTP- or MCP-aware: fron
 its ExecutionResults.
 """
 
+from corral.engine._engine import Engine, EngineStatistics
 from corral.engine._inputs import Input, RunEvent, RunEventSink
+from corral.engine._session import Session
 from corral.engine._result import (
     ErrorInfo,
     Evidence,
@@ -17,6 +19,8 @@ from corral.engine._result import (
 )
 
 __all__ = [
+    "Engine",
+    "EngineStatistics",
     "ErrorInfo",
     "Evidence",
     "ExecutionResult",
@@ -27,4 +31,5 @@ __all__ = [
     "Outcome",
     "RunEvent",
     "RunEventSink",
+    "Session",
 ]

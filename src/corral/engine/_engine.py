@@ -24,8 +24,9 @@ from corral.engine._inputs import Input, RunEvent, RunEventSink
 from corral.engine._outcome import Capture, build_result
 from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outcome
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
+from corral.engine._session import Session, SessionManager
 from corral.errors import Busy, EngineClosed, WorkerError, ZygoteUnavailable
-from corral.sandbox import DEFAULT_PRELOAD, WarmPool, Worker, WorkerReport, ZygoteHost
+from corral.sandbox import DEFAULT_PRELOAD, Holder, WarmPool, Worker, WorkerReport, ZygoteHost
 
 __all__ = ["Engine", "EngineStatistics"]
 
@@ -87,7 +88,7 @@ class Engine:
         self._restarts = 0
         self._outcomes: Counter[str] = Counter()
         self.runtime = ""
-        self._sessions: Any = None  # corral.engine._session.SessionManager, set on start
+        self._sessions: SessionManager | None = None
 
     # lifecycle -------------------------------------------------------------------------
 
@@ -106,8 +107,6 @@ class Engine:
             IsolationError: this host cannot build the sandbox (see ``corral doctor``).
             ZygoteUnavailable: the zygote did not start.
         """
-        from corral.engine._session import SessionManager
-
         stack = contextlib.AsyncExitStack()
         self._tg = await stack.enter_async_context(anyio.create_task_group())
         try:
@@ -288,38 +287,34 @@ class Engine:
     # sessions ----------------------------------------------------------------------------
 
     async def open_session(self, *, session_id: str | None = None,
-                           limits: Limits | None = None) -> Any:
+                           limits: Limits | None = None) -> Session:
         """Open a stateful session backed by a persistent isolated worker.
 
         Raises:
             EngineClosed: the engine is not running.
         """
         self._check_open()
+        assert self._sessions is not None
         return await self._sessions.open(session_id=session_id, limits=limits or self.limits)
 
-    def get_session(self, session_id: str) -> Any:
+    def get_session(self, session_id: str) -> Session:
         """Raises: SessionNotFound."""
         self._check_open()
+        assert self._sessions is not None
         return self._sessions.get(session_id)
 
-    def sessions(self) -> list[Any]:
+    def sessions(self) -> list[Session]:
         return [] if self._sessions is None else self._sessions.all()
 
-    async def spawn_session_worker(self, session_dir_fd: int) -> Worker:
-        """A worker whose cwd is a bind of ``session_dir_fd``; it serves many requests.
+    async def spawn_holder(self) -> Holder:
+        """A session holder from the current zygote.
 
         Raises:
             ZygoteUnavailable: no zygote is running.
         """
         if self._host is None:
             raise ZygoteUnavailable("no zygote")
-        worker = await self._host.spawn(session_dir_fd=session_dir_fd)
-        try:
-            await worker.wait_ready()
-        except BaseException:
-            worker.close()
-            raise
-        return worker
+        return await self._host.spawn_holder(self.session_disk_bytes)
 
     @property
     def scheduler(self) -> Scheduler:

@@ -102,8 +102,12 @@ def build_result(outcome: Outcome, capture: Capture, limits: Limits, *,
             result["text/html"] = html
     omitted = Omitted(stdout=fitted["stdout"][1], stderr=fitted["stderr"][1],
                       result=fitted["result"][1])
+    stderr = fitted["stderr"][0]
+    if message and outcome not in ("ok", "python_error"):
+        # A model reading only stderr must still tell a timeout from a silent failure.
+        stderr += ("" if not stderr or stderr.endswith("\n") else "\n") + f"[corral] {message}\n"
     return ExecutionResult(
-        outcome=outcome, stdout=fitted["stdout"][0], stderr=fitted["stderr"][0],
+        outcome=outcome, stdout=fitted["stdout"][0], stderr=stderr,
         result=result, display=display, files=files, omitted=omitted, error=error,  # type: ignore[arg-type]
         message=message, file_contents=file_data, **timing,
     )

@@ -1,35 +1,230 @@
-"""Stateful sessions (placeholder until the session worker lands)."""
+"""Stateful sessions: a persistent interpreter whose files outlive its restarts.
+
+Each session is a holder process (init of the session's namespaces, owner of a tmpfs sized to
+the disk quota) and one interpreter at a time. Runs in a session are serialised; across
+sessions they share the engine's capacity. A run past its deadline interrupts the interpreter,
+then kills it with every process it started: variables go, files stay, and the result says
+the interpreter was restarted.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import os
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from corral.errors import SessionNotFound
+from corral._fs import FileEntry
+from corral._limits import Limits
+from corral.engine._files import SessionFiles
+from corral.engine._inputs import RunEventSink
+from corral.engine._result import ExecutionResult, FileInfo
+from corral.errors import Busy, SessionClosed, SessionExists, SessionNotFound, WorkerError
 
-__all__ = ["SessionManager"]
+if TYPE_CHECKING:
+    from corral.engine._engine import Engine
+    from corral.sandbox import Worker
+    from corral.sandbox._holder_client import Holder
+
+__all__ = ["Session", "SessionManager"]
+
+_INTERRUPT_GRACE = 0.5  # seconds for interrupted code to run its finally blocks
+_EXPIRY_TICK = 5.0  # seconds between idle-session sweeps
+_SANDBOX_OUTER_ID = 65534
+
+
+class Session:
+    """One stateful interpreter; use ``run`` and the file methods, then ``close``."""
+
+    def __init__(self, engine: Engine, session_id: str, holder: Holder, limits: Limits) -> None:
+        self.id = session_id
+        self.limits = limits
+        self.created_at = time.time()
+        self.last_used = time.monotonic()
+        self._engine = engine
+        self._holder = holder
+        self._lock = anyio.Lock()
+        self._worker: Worker | None = None
+        self._restart_note = False
+        self._data_fd = holder.open_data_dir()
+        self.files = SessionFiles(self._data_fd, _SANDBOX_OUTER_ID, _SANDBOX_OUTER_ID,
+                                  engine.session_disk_bytes)
+        self.closed = False
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise SessionClosed(f"session {self.id} is closed")
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+
+    async def run(self, code: str, *, limits: Limits | None = None,
+                  on_event: RunEventSink | None = None,
+                  cancel: anyio.Event | None = None) -> ExecutionResult:
+        """Run ``code`` in this session's interpreter; state persists between runs.
+
+        Raises:
+            SessionClosed: the session was closed or expired.
+            EngineClosed: the engine is not running.
+        """
+        from corral.engine._engine import _cancel_on, _Job, validate_request
+
+        self._check_open()
+        self._engine._check_open()
+        self.touch()
+        limits = limits or self.limits
+        started = time.perf_counter()
+        evidence = self._engine.evidence(code, (), limits)
+        problem = validate_request(code, (), limits)
+        if problem:
+            return self._engine._refuse("invalid_input", problem, evidence, started)
+        job = _Job(started, limits, on_event)
+        result: ExecutionResult | None = None
+        deadline = anyio.current_time() + limits.timeout
+        async with anyio.create_task_group() as tg:
+            with anyio.CancelScope(deadline=deadline) as scope:
+                if cancel is not None:
+                    tg.start_soon(_cancel_on, cancel, scope, job)
+                try:
+                    async with self._lock:
+                        self._check_open()
+                        async with self._engine.scheduler.slot(on_queued=job.queued):
+                            job.admitted()
+                            result = await self._execute(job, code, evidence)
+                except Busy as exc:
+                    result = self._engine._refuse("busy", str(exc), evidence, started)
+            tg.cancel_scope.cancel()
+        if result is None:
+            result = await self._stopped(job, evidence)
+        self._engine.count_outcome(result.outcome)
+        job.finished(result)
+        self.touch()
+        return result
+
+    async def _execute(self, job: Any, code: str, evidence: Any) -> ExecutionResult:
+        if self._worker is None:
+            self._worker = await self._holder.start_interpreter()
+        job.restarted = self._restart_note
+        self._restart_note = False
+        result = await self._engine.execute_on(self._worker, job, code, (), evidence,
+                                               session=True)
+        if result.outcome == "worker_error":
+            await self._discard_interpreter()
+            result = dataclasses.replace(result, restarted=True)
+        return result
+
+    async def _discard_interpreter(self) -> None:
+        with anyio.CancelScope(shield=True):
+            worker, self._worker = self._worker, None
+            if worker is not None:
+                try:
+                    await self._holder.kill_interpreter()
+                except WorkerError:
+                    pass
+                worker.close()
+            self._restart_note = True
+
+    async def _stopped(self, job: Any, evidence: Any) -> ExecutionResult:
+        outcome = "cancelled" if job.cancelled_explicitly else "timeout"
+        what = ("the run was cancelled" if outcome == "cancelled"
+                else f"the run exceeded its {job.limits.timeout:g} s time limit")
+        if job.worker is None:
+            message = f"{what} before the code started; the session is unchanged"
+            return job.stopped(outcome, message, evidence)
+        worker = job.worker
+        with anyio.CancelScope(shield=True):
+            worker.interrupt()
+            with anyio.move_on_after(_INTERRUPT_GRACE):
+                await worker.wait_readable()
+            job.drain(worker)
+            await self._discard_interpreter()
+        job.restarted = True
+        message = f"{what}; the interpreter was restarted: variables are lost, files are kept"
+        return job.stopped(outcome, message, evidence)
+
+    async def put_file(self, path: str, data: bytes) -> FileInfo:
+        self._check_open()
+        self.touch()
+        return await self.files.put(path, data)
+
+    async def get_file(self, path: str, max_bytes: int | None = None) -> bytes:
+        self._check_open()
+        self.touch()
+        return await self.files.get(path, max_bytes)
+
+    async def list_files(self) -> list[FileEntry]:
+        self._check_open()
+        self.touch()
+        return await self.files.list()
+
+    async def delete_file(self, path: str) -> None:
+        self._check_open()
+        self.touch()
+        await self.files.delete(path)
+
+    async def close(self) -> None:
+        """Stop the interpreter and the holder; the session's files are deleted. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+        self._holder.close()
+        try:
+            os.close(self._data_fd)
+        except OSError:
+            pass
+        self._engine._sessions.forget(self.id)
 
 
 class SessionManager:
-    def __init__(self, engine: Any) -> None:
+    """The engine's sessions by id, and their idle expiry."""
+
+    def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._sessions: dict[str, Any] = {}
+        self._sessions: dict[str, Session] = {}
 
-    async def open(self, *, session_id: str | None, limits: Any) -> Any:
-        raise NotImplementedError
+    async def open(self, *, session_id: str | None, limits: Limits) -> Session:
+        session_id = session_id or secrets.token_urlsafe(16)
+        if session_id in self._sessions:
+            raise SessionExists(f"session {session_id} already exists")
+        holder = await self._engine.spawn_holder()
+        try:
+            await holder.wait_ready()
+            session = Session(self._engine, session_id, holder, limits)
+        except BaseException:
+            holder.close()
+            raise
+        self._sessions[session_id] = session
+        return session
 
-    def get(self, session_id: str) -> Any:
+    def get(self, session_id: str) -> Session:
         try:
             return self._sessions[session_id]
         except KeyError:
-            raise SessionNotFound(session_id) from None
+            raise SessionNotFound(f"no session {session_id}") from None
 
-    def all(self) -> list[Any]:
+    def forget(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    def all(self) -> list[Session]:
         return list(self._sessions.values())
 
     async def expire_loop(self) -> None:
-        await anyio.sleep_forever()
+        while True:
+            await anyio.sleep(_EXPIRY_TICK)
+            await self.expire_idle()
+
+    async def expire_idle(self) -> None:
+        cutoff = time.monotonic() - self._engine.session_idle_timeout
+        for session in list(self._sessions.values()):
+            if session.last_used < cutoff and not session._lock.locked():
+                await session.close()
 
     async def close_all(self) -> None:
-        self._sessions.clear()
+        for session in list(self._sessions.values()):
+            await session.close()

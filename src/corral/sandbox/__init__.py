@@ -7,6 +7,7 @@ came back.
 """
 
 from corral.sandbox._doctor import DoctorReport, Feature, doctor
+from corral.sandbox._holder_client import Holder
 from corral.sandbox._host import DEFAULT_PRELOAD, ZygoteHost
 from corral.sandbox._pool import PoolStatistics, WarmPool
 from corral.sandbox._seccomp import DENIED_SYSCALLS
@@ -18,6 +19,7 @@ __all__ = [
     "DoctorReport",
     "ExitInfo",
     "Feature",
+    "Holder",
     "OutputSink",
     "PoolStatistics",
     "WarmPool",

@@ -7,7 +7,6 @@ ends down, so worker traffic never passes through the zygote.
 
 from __future__ import annotations
 
-import array
 import itertools
 import json
 import logging
@@ -21,6 +20,8 @@ import anyio
 import anyio.abc
 
 from corral.errors import IsolationError, ZygoteUnavailable
+from corral.sandbox._holder_client import Holder
+from corral.sandbox._seqpacket import areceive, asend
 from corral.sandbox._worker import ExitInfo, Worker
 
 __all__ = ["DEFAULT_PRELOAD", "ZygoteHost"]
@@ -30,7 +31,6 @@ logger = logging.getLogger("corral.sandbox")
 DEFAULT_PRELOAD = ("numpy", "pandas", "matplotlib")
 _START_TIMEOUT = 120.0  # seconds; the first import of pandas and matplotlib can be slow
 _SPAWN_TIMEOUT = 10.0  # seconds for the zygote to clone; it only ever forks
-_MESSAGE_BYTES = 65536
 _ZYGOTE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ")
 
 
@@ -85,22 +85,7 @@ class ZygoteHost:
 
     async def _receive(self) -> tuple[dict[str, Any] | None, list[int]]:
         assert self._ctl is not None
-        fds = array.array("i")
-        while True:
-            try:
-                data, ancdata, _flags, _addr = self._ctl.recvmsg(
-                    _MESSAGE_BYTES, socket.CMSG_SPACE(4 * fds.itemsize))
-                break
-            except BlockingIOError:
-                await anyio.wait_readable(self._ctl)
-            except OSError:
-                return None, []
-        for level, kind, raw in ancdata:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.frombytes(raw[: len(raw) - (len(raw) % fds.itemsize)])
-        if not data:
-            return None, list(fds)
-        return json.loads(data), list(fds)
+        return await areceive(self._ctl)
 
     async def _read_loop(self) -> None:
         try:
@@ -133,52 +118,60 @@ class ZygoteHost:
             worker.notify_exit(ExitInfo(-9, 0.0, 0))
         self._workers.clear()
 
-    async def spawn(self, *, session_dir_fd: int | None = None) -> Worker:
-        """Clone a new worker; it is isolated but may still be starting up.
-
-        Raises:
-            ZygoteUnavailable: the zygote is gone or did not answer.
-        """
+    async def _clone(self, message: dict[str, Any],
+                     kind: socket.SocketKind) -> tuple[int, int, socket.socket, int, int]:
         if self.dead.is_set() or self._ctl is None:
             raise ZygoteUnavailable("the zygote is not running")
         ident = next(self._ids)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, kind)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        passed = [theirs.fileno(), out_w, err_w]
-        if session_dir_fd is not None:
-            passed.append(session_dir_fd)
         event = anyio.Event()
         box: list[Any] = []
         self._pending[ident] = (event, box)
         try:
-            payload = json.dumps({"t": "spawn", "id": ident,
-                                  "session": session_dir_fd is not None}).encode()
-            ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", passed))]
-            while True:
-                try:
-                    self._ctl.sendmsg([payload], ancillary)
-                    break
-                except BlockingIOError:
-                    await anyio.wait_writable(self._ctl)
-                except OSError as exc:
-                    raise ZygoteUnavailable(f"the zygote is gone: {exc}") from exc
-            theirs.close()
-            os.close(out_w)
-            os.close(err_w)
+            try:
+                await asend(self._ctl, {"t": "spawn", "id": ident, **message},
+                            [theirs.fileno(), out_w, err_w])
+            except OSError as exc:
+                raise ZygoteUnavailable(f"the zygote is gone: {exc}") from exc
+            finally:
+                theirs.close()
+                os.close(out_w)
+                os.close(err_w)
             with anyio.move_on_after(_SPAWN_TIMEOUT):
                 await event.wait()
             if not box:
-                for fd in (out_r, err_r):
-                    os.close(fd)
-                ours.close()
                 raise ZygoteUnavailable("the zygote did not spawn a worker")
+        except BaseException:
+            ours.close()
+            os.close(out_r)
+            os.close(err_r)
+            raise
         finally:
             self._pending.pop(ident, None)
-        worker = Worker(int(box[0]), int(box[1]), ours, out_r, err_r,
-                        max_file_bytes=self._max_file_bytes)
+        return int(box[0]), int(box[1]), ours, out_r, err_r
+
+    async def spawn(self) -> Worker:
+        """Clone a new one-shot worker; it is isolated but may still be starting up.
+
+        Raises:
+            ZygoteUnavailable: the zygote is gone or did not answer.
+        """
+        pid, pidfd, sock, out_r, err_r = await self._clone({}, socket.SOCK_STREAM)
+        worker = Worker(pid, pidfd, sock, out_r, err_r, max_file_bytes=self._max_file_bytes)
         self._workers[worker.pid] = worker
         return worker
+
+    async def spawn_holder(self, disk_bytes: int) -> Holder:
+        """Clone a session holder with a ``disk_bytes`` tmpfs at ``/mnt/data``.
+
+        Raises:
+            ZygoteUnavailable: the zygote is gone or did not answer.
+        """
+        pid, pidfd, sock, out_r, err_r = await self._clone(
+            {"session": True, "disk_bytes": disk_bytes}, socket.SOCK_SEQPACKET)
+        return Holder(pid, pidfd, sock, out_r, err_r, max_file_bytes=self._max_file_bytes)
 
     async def ping(self) -> bool:
         """True when the zygote answers over its control channel (used by the supervisor)."""
@@ -196,6 +189,7 @@ class ZygoteHost:
 
     async def aclose(self) -> None:
         if self._ctl is not None:
+            anyio.notify_closing(self._ctl)
             self._ctl.close()
             self._ctl = None
         if self._process is not None:

@@ -44,7 +44,7 @@ def _write(path: str, text: str) -> None:
 
 
 def enter(*, template: str, staged: list[tuple[str, str]], outer_uid: int, outer_gid: int,
-          session_dir_fd: int | None) -> str:
+          session_disk_bytes: int | None = None) -> str:
     """Map ids, build the worker's mounts on the template and pivot into it.
 
     Returns the working directory user code will start in.
@@ -62,11 +62,10 @@ def enter(*, template: str, staged: list[tuple[str, str]], outer_uid: int, outer
     sc.mount("inputs", f"{root}/inputs", "tmpfs", _NOSUID_NODEV | sc.MS_NOEXEC,
              "mode=0755,size=64m")
     cwd = "/work"
-    if session_dir_fd is not None:
-        # The magic link reaches the folder without walking host paths this uid cannot enter.
-        sc.mount(f"/proc/self/fd/{session_dir_fd}", f"{root}/mnt/data", None, sc.MS_BIND)
-        sc.mount(None, f"{root}/mnt/data", None, sc.MS_REMOUNT | sc.MS_BIND | _NOSUID_NODEV)
-        os.close(session_dir_fd)
+    if session_disk_bytes is not None:
+        # The session's files outlive interpreter restarts: they live as long as the holder.
+        sc.mount("data", f"{root}/mnt/data", "tmpfs", _NOSUID_NODEV,
+                 f"mode=0755,size={session_disk_bytes}")
         cwd = "/mnt/data"
     for stage, path in staged:
         # Runtime directories under /work or /tmp reappear inside the fresh file systems.

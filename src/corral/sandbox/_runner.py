@@ -23,7 +23,7 @@ from corral.sandbox import _isolate
 from corral.sandbox._cell import Display, execute_cell
 from corral.sandbox._protocol import encode_bytes, encode_json, read_frame_sync, write_frames_sync
 
-__all__ = ["DISPLAY", "PROTOCOL_FD", "worker_main"]
+__all__ = ["DISPLAY", "PROTOCOL_FD", "serve", "worker_main"]
 
 PROTOCOL_FD = 3
 _MAX_REQUEST = 512 * 1024 * 1024  # bytes; inputs arrive as frames of their own
@@ -144,34 +144,40 @@ def _serve_one(request: dict[str, Any], namespace: dict[str, Any], cwd: str,
     write_frames_sync(PROTOCOL_FD, encode_json(done), *(encode_bytes(c) for c in contents))
 
 
-def worker_main(*, template: str, staged: list[tuple[str, str]], session: bool,
-                session_dir_fd: int | None, seccomp_bpf: bytes, outer_uid: int,
-                outer_gid: int) -> None:
-    """Run in the freshly cloned worker; never returns."""
+def serve(*, cwd: str, session: bool, seccomp_bpf: bytes) -> None:
+    """Prepare a fresh interpreter and answer requests on the protocol fd.
+
+    One-shot workers answer one request; session interpreters answer until the socket closes.
+    """
+    _reseed()
+    _rebind_stdio()
+    builtins.input = _no_input
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    namespace = main.__dict__
+    namespace["__builtins__"] = builtins
+    write_frames_sync(PROTOCOL_FD, encode_json({"t": "ready"}))
+    sealed = False
+    while True:
+        try:
+            _, request = read_frame_sync(PROTOCOL_FD, _MAX_REQUEST)
+        except EOFError:
+            return
+        _serve_one(request, namespace, cwd, sealed, seccomp_bpf, session)
+        sealed = True
+        if not session:
+            return
+
+
+def worker_main(*, template: str, staged: list[tuple[str, str]], seccomp_bpf: bytes,
+                outer_uid: int, outer_gid: int) -> None:
+    """Run in a freshly cloned one-shot worker; never returns."""
     status = 0
     try:
         cwd = _isolate.enter(template=template, staged=staged, outer_uid=outer_uid,
-                             outer_gid=outer_gid,
-                             session_dir_fd=session_dir_fd)
-        _reseed()
-        _rebind_stdio()
-        builtins.input = _no_input
-        main = types.ModuleType("__main__")
-        sys.modules["__main__"] = main
-        namespace = main.__dict__
-        namespace["__builtins__"] = builtins
-        write_frames_sync(PROTOCOL_FD, encode_json({"t": "ready"}))
-        sealed = False
-        while True:
-            try:
-                _, request = read_frame_sync(PROTOCOL_FD, _MAX_REQUEST)
-            except EOFError:
-                break
-            _serve_one(request, namespace, cwd, sealed, seccomp_bpf, session)
-            sealed = True
-            if not session:
-                break
-    except BaseException as exc:  # noqa: BLE001 - report any setup failure, then exit
+                             outer_gid=outer_gid)
+        serve(cwd=cwd, session=False, seccomp_bpf=seccomp_bpf)
+    except BaseException as exc:  # noqa: BLE001 - report any failure, then exit
         status = 70
         try:
             os.write(2, f"corral worker failed: {type(exc).__name__}: {exc}\n".encode())

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from corral.errors import WorkerCrashed, WorkerProtocolError
+from corral.errors import WorkerCrashed, WorkerError, WorkerProtocolError
 from corral.sandbox._protocol import MAX_CONTROL_FRAME, FrameDecoder, encode_bytes, encode_json
 
 __all__ = ["ExitInfo", "OutputSink", "Worker", "WorkerReport"]
@@ -48,10 +48,12 @@ class WorkerReport:
 class Worker:
     """A pre-isolated worker process; one-shot unless created for a session."""
 
-    def __init__(self, pid: int, pidfd: int, sock: socket.socket, out_fd: int, err_fd: int,
-                 *, max_file_bytes: int) -> None:
+    def __init__(self, pid: int, pidfd: int | None, sock: socket.socket, out_fd: int,
+                 err_fd: int, *, max_file_bytes: int,
+                 signaller: Callable[[int], None] | None = None) -> None:
         self.pid = pid
         self._pidfd = pidfd
+        self._signaller = signaller
         self._sock = sock
         self._out = out_fd
         self._err = err_fd
@@ -153,39 +155,54 @@ class Worker:
             WorkerProtocolError: it sent something malformed or oversized.
         """
         report: WorkerReport | None = None
+        failure: WorkerError | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._pump, self._out, stdout)
             tg.start_soon(self._pump, self._err, stderr)
             try:
-                await self._send(encode_json(request) + b"".join(encode_bytes(b) for b in blobs))
-                started = await self._next_json()
-                if started.get("t") != "started":
-                    raise WorkerProtocolError("expected started")
-                on_started()
-                done = await self._next_json()
-                if done.get("t") != "done":
-                    raise WorkerProtocolError("expected done")
-                contents: list[bytes] = []
-                files = done.get("files")
-                wanted = sum(1 for f in files if isinstance(f, dict) and f.get("content")) if (
-                    isinstance(files, list)) else 0
-                for _ in range(wanted):
-                    kind, blob = await self._next_frame()
-                    if kind != "B":
-                        raise WorkerProtocolError("expected file content")
-                    contents.append(blob)
-                report = WorkerReport(done, contents)
+                report = await self._exchange(request, blobs, on_started)
+            except WorkerError as exc:  # raised here, not from the group, to stay unwrapped
+                failure = exc
             finally:
                 tg.cancel_scope.cancel()
         self._drain(self._out, stdout)
         self._drain(self._err, stderr)
+        if failure is not None:
+            raise failure
         assert report is not None
         return report
+
+    async def _exchange(self, request: dict[str, Any], blobs: list[bytes],
+                        on_started: Callable[[], None]) -> WorkerReport:
+        await self._send(encode_json(request) + b"".join(encode_bytes(b) for b in blobs))
+        started = await self._next_json()
+        if started.get("t") != "started":
+            raise WorkerProtocolError("expected started")
+        on_started()
+        done = await self._next_json()
+        if done.get("t") != "done":
+            raise WorkerProtocolError("expected done")
+        files = done.get("files")
+        wanted = 0
+        if isinstance(files, list):
+            wanted = sum(1 for f in files if isinstance(f, dict) and f.get("content"))
+        contents: list[bytes] = []
+        for _ in range(wanted):
+            kind, blob = await self._next_frame()
+            if kind != "B":
+                raise WorkerProtocolError("expected file content")
+            contents.append(blob)
+        return WorkerReport(done, contents)
 
     def drain(self, stdout: OutputSink, stderr: OutputSink) -> None:
         """Collect whatever output is already buffered (after a kill, say)."""
         self._drain(self._out, stdout)
         self._drain(self._err, stderr)
+
+    async def wait_readable(self) -> None:
+        """Return once the worker has written to its protocol socket (or closed it)."""
+        if not self.closed:
+            await anyio.wait_readable(self._sock)
 
     def interrupt(self) -> None:
         self._signal(signal.SIGINT)
@@ -196,6 +213,10 @@ class Worker:
 
     def _signal(self, signum: int) -> None:
         if self.closed:
+            return
+        if self._pidfd is None:
+            if self._signaller is not None:
+                self._signaller(signum)
             return
         try:
             signal.pidfd_send_signal(self._pidfd, signum)
@@ -210,6 +231,8 @@ class Worker:
         self.closed = True
         self._sock.close()
         for fd in (self._out, self._err, self._pidfd):
+            if fd is None:
+                continue
             try:
                 os.close(fd)
             except OSError:

@@ -10,7 +10,6 @@ engine a pidfd for each, and reaps them. It never runs user code itself.
 from __future__ import annotations
 
 import argparse
-import array
 import gc
 import importlib
 import json
@@ -21,11 +20,12 @@ import socket
 import sys
 from typing import Any
 
+from corral.sandbox._seqpacket import receive as _recv
+from corral.sandbox._seqpacket import send as _send
+
 __all__ = ["main"]
 
 _NAMESPACES = 0x10000000 | 0x20000000 | 0x00020000 | 0x40000000 | 0x08000000 | 0x04000000
-_MAX_FDS = 4
-_MESSAGE_BYTES = 4096
 
 
 def _preload(modules: list[str]) -> dict[str, str]:
@@ -39,24 +39,6 @@ def _preload(modules: list[str]) -> dict[str, str]:
             pyplot.close(pyplot.figure())  # loads the font cache once, for every worker
         versions[name] = str(getattr(module, "__version__", "?"))
     return versions
-
-
-def _send(ctl: socket.socket, message: dict[str, Any], fds: list[int] = ()) -> None:  # type: ignore[assignment]
-    payload = json.dumps(message).encode()
-    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-    ctl.sendmsg([payload], ancillary)
-
-
-def _recv(ctl: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    fds = array.array("i")
-    data, ancdata, _flags, _addr = ctl.recvmsg(_MESSAGE_BYTES,
-                                               socket.CMSG_SPACE(_MAX_FDS * fds.itemsize))
-    for level, kind, raw in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(raw[: len(raw) - (len(raw) % fds.itemsize)])
-    if not data:
-        return None, list(fds)
-    return json.loads(data), list(fds)
 
 
 def _spawn(message: dict[str, Any], fds: list[int], ctl: socket.socket,
@@ -77,14 +59,16 @@ def _spawn(message: dict[str, Any], fds: list[int], ctl: socket.socket,
             os.dup2(fds[1], 1)
             os.dup2(fds[2], 2)
             os.dup2(fds[0], 3)
-            session_fd = None
-            if len(fds) > 3:
-                os.dup2(fds[3], 4)
-                session_fd = 4
-            os.closerange(5 if session_fd else 4, 1 << 20)
+            os.closerange(4, 1 << 20)
+            if session:
+                from corral.sandbox._holder import holder_main
+
+                holder_main(template=layout[0], staged=layout[1],
+                            disk_bytes=int(message["disk_bytes"]), seccomp_bpf=bpf,
+                            outer_uid=uid, outer_gid=gid)
             from corral.sandbox._runner import worker_main
 
-            worker_main(template=layout[0], staged=layout[1], session=session, session_dir_fd=session_fd, seccomp_bpf=bpf,
+            worker_main(template=layout[0], staged=layout[1], seccomp_bpf=bpf,
                         outer_uid=uid, outer_gid=gid)
         finally:
             os._exit(71)

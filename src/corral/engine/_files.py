@@ -1,0 +1,84 @@
+"""Session file operations, confined beneath the session's folder and done as its owner.
+
+Every operation resolves beneath a descriptor of the session's ``/mnt/data`` opened before
+any user code ran, never follows a symlink (``corral._fs``), and runs in a worker thread whose
+file-system uid and gid are the sandbox's: whatever the path, the server can touch nothing the
+sandboxed user could not, and the files it writes belong to that user.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import hashlib
+from collections.abc import Callable
+from typing import TypeVar
+
+import anyio
+
+from corral import _fs
+from corral.engine._result import FileInfo
+from corral.errors import SessionDiskFull
+
+__all__ = ["SessionFiles"]
+
+T = TypeVar("T")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _as_owner(uid: int, gid: int, action: Callable[[], T]) -> T:
+    # setfsuid/setfsgid change only the calling thread's credentials.
+    previous_gid = _libc.setfsgid(gid)
+    previous_uid = _libc.setfsuid(uid)
+    try:
+        return action()
+    finally:
+        _libc.setfsuid(previous_uid)
+        _libc.setfsgid(previous_gid)
+
+
+class SessionFiles:
+    """put / get / list / delete beneath one session folder."""
+
+    def __init__(self, dir_fd: int, uid: int, gid: int, max_file_bytes: int) -> None:
+        self._root = f"/proc/self/fd/{dir_fd}"
+        self._uid = uid
+        self._gid = gid
+        self._max_file_bytes = max_file_bytes
+
+    async def _run(self, action: Callable[[], T]) -> T:
+        return await anyio.to_thread.run_sync(_as_owner, self._uid, self._gid, action)
+
+    async def put(self, path: str, data: bytes) -> FileInfo:
+        """Write ``data`` atomically, replacing any file there.
+
+        Raises:
+            InvalidPath: the path is malformed, escapes the folder or crosses a symlink.
+            SessionDiskFull: the session's disk quota would be exceeded; nothing is written.
+        """
+        rel = _fs.validate_relpath(path)
+        try:
+            await self._run(lambda: _fs.write_atomic(self._root, rel, data,
+                                                     max_bytes=self._max_file_bytes))
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise SessionDiskFull(f"{rel}: the session's disk quota is exhausted") from None
+            raise
+        return FileInfo(str(rel), len(data), hashlib.sha256(data).hexdigest())
+
+    async def get(self, path: str, max_bytes: int | None = None) -> bytes:
+        """Raises: InvalidPath; FileNotFoundError when there is no regular file there."""
+        rel = _fs.validate_relpath(path)
+        return await self._run(lambda: _fs.read_bytes(self._root, rel, max_bytes=max_bytes))
+
+    async def list(self) -> list[_fs.FileEntry]:
+        return await self._run(lambda: _fs.list_files(self._root))
+
+    async def delete(self, path: str) -> None:
+        """Raises: InvalidPath; FileNotFoundError."""
+        rel = _fs.validate_relpath(path)
+        await self._run(lambda: _fs.delete(self._root, rel))
+
+    async def usage(self) -> int:
+        return await self._run(lambda: _fs.disk_usage(self._root))

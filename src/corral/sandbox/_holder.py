@@ -1,0 +1,128 @@
+"""A session's holder: init of the session's namespaces, keeper of its files.
+
+The holder owns the session's tmpfs (``/mnt/data``, sized to the disk quota) and forks one
+interpreter at a time on request. Restarting the interpreter kills every process in the
+namespace but the holder, so variables and stray processes go while files stay. User code
+runs only in interpreters, which drop every privilege on their first request; the holder
+keeps its capabilities and is not dumpable, so an interpreter can neither signal it (init
+ignores signals it has no handler for), trace it nor read its memory.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+
+from corral.sandbox import _isolate, _runner
+from corral.sandbox import _syscalls as sc
+from corral.sandbox._seqpacket import receive, send
+
+__all__ = ["holder_main"]
+
+_CONTROL_FD = 3
+
+
+def _kill_everyone_else() -> None:
+    try:
+        os.kill(-1, signal.SIGKILL)  # as init: every process of the namespace but us
+    except ProcessLookupError:
+        pass
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def _start_interpreter(fds: list[int], cwd: str, seccomp_bpf: bytes) -> int:
+    pid = os.fork()
+    if pid == 0:
+        status = 0
+        try:
+            signal.set_wakeup_fd(-1)
+            os.dup2(fds[1], 1)
+            os.dup2(fds[2], 2)
+            os.dup2(fds[0], _runner.PROTOCOL_FD)
+            os.closerange(_runner.PROTOCOL_FD + 1, 1 << 20)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            _runner.serve(cwd=cwd, session=True, seccomp_bpf=seccomp_bpf)
+        except BaseException as exc:  # noqa: BLE001 - report, then exit
+            status = 70
+            try:
+                os.write(2, f"corral interpreter failed: {type(exc).__name__}: {exc}\n".encode())
+            except OSError:
+                pass
+        finally:
+            os._exit(status)
+    for fd in fds:
+        os.close(fd)
+    return pid
+
+
+def holder_main(*, template: str, staged: list[tuple[str, str]], disk_bytes: int,
+                seccomp_bpf: bytes, outer_uid: int, outer_gid: int) -> None:
+    """Run in a freshly cloned session worker; never returns."""
+    status = 0
+    try:
+        cwd = _isolate.enter(template=template, staged=staged, outer_uid=outer_uid,
+                             outer_gid=outer_gid, session_disk_bytes=disk_bytes)
+        sc.set_dumpable(False)
+        control = socket.socket(fileno=_CONTROL_FD)
+        control.setblocking(True)
+        wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_write)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        send(control, {"t": "ready"})
+        interpreter: int | None = None
+        selector = selectors.DefaultSelector()
+        selector.register(control, selectors.EVENT_READ)
+        selector.register(wake_read, selectors.EVENT_READ)
+        while True:
+            for key, _ in selector.select():
+                if key.fileobj is control:
+                    message, fds = receive(control)
+                    if message is None:
+                        return
+                    kind = message.get("t")
+                    if kind == "start" and interpreter is None and len(fds) == 3:
+                        interpreter = _start_interpreter(fds, cwd, seccomp_bpf)
+                        send(control, {"t": "started"})
+                    elif kind == "interrupt" and interpreter is not None:
+                        os.kill(interpreter, signal.SIGINT)
+                    elif kind == "kill":
+                        _kill_everyone_else()
+                        if interpreter is not None:
+                            interpreter = None
+                            send(control, {"t": "exited", "code": -signal.SIGKILL})
+                    else:
+                        for fd in fds:
+                            os.close(fd)
+                    continue
+                try:
+                    while os.read(wake_read, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                while True:
+                    try:
+                        pid, code = os.waitpid(-1, os.WNOHANG)
+                    except ChildProcessError:
+                        break
+                    if pid == 0:
+                        break
+                    if pid == interpreter:
+                        interpreter = None
+                        _kill_everyone_else()
+                        send(control, {"t": "exited", "code": os.waitstatus_to_exitcode(code)})
+    except BaseException as exc:  # noqa: BLE001 - report, then exit (the namespace goes too)
+        status = 70
+        try:
+            os.write(2, f"corral session holder failed: {type(exc).__name__}: {exc}\n".encode())
+        except OSError:
+            pass
+    finally:
+        os._exit(status)

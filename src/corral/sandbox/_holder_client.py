@@ -1,0 +1,134 @@
+"""The engine's handle on a session holder and on its current interpreter."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from typing import Any
+
+import anyio
+
+from corral.errors import WorkerCrashed, ZygoteUnavailable
+from corral.sandbox._seqpacket import areceive, asend
+from corral.sandbox._worker import Worker
+
+__all__ = ["Holder"]
+
+_CONTROL_TIMEOUT = 10.0  # seconds for the holder to fork, kill or answer; it runs no user code
+
+
+class Holder:
+    """A session's holder process: its files' keeper and the parent of its interpreter."""
+
+    def __init__(self, pid: int, pidfd: int, ctl: socket.socket, out_fd: int, err_fd: int,
+                 *, max_file_bytes: int) -> None:
+        self.pid = pid
+        self._pidfd = pidfd
+        self._ctl = ctl
+        self._out = out_fd
+        self._err = err_fd
+        self._max_file_bytes = max_file_bytes
+        self.interpreter_alive = False
+        self.closed = False
+        ctl.setblocking(False)
+
+    async def _next(self) -> dict[str, Any]:
+        with anyio.move_on_after(_CONTROL_TIMEOUT):
+            message, fds = await areceive(self._ctl)
+            for fd in fds:
+                os.close(fd)
+            if message is None:
+                raise WorkerCrashed(f"session holder {self.pid} exited: {self._said()}")
+            if message.get("t") == "exited":
+                self.interpreter_alive = False
+            return message
+        raise WorkerCrashed(f"session holder {self.pid} did not answer")
+
+    def _said(self) -> str:
+        try:
+            os.set_blocking(self._err, False)
+            return os.read(self._err, 4096).decode(errors="replace").strip()
+        except OSError:
+            return ""
+
+    async def _expect(self, kind: str) -> None:
+        while True:
+            message = await self._next()
+            if message.get("t") == kind:
+                return
+
+    async def wait_ready(self) -> None:
+        """Raises: WorkerCrashed when the holder failed to set up."""
+        await self._expect("ready")
+
+    def open_data_dir(self) -> int:
+        """An O_PATH descriptor of the session's ``/mnt/data``, opened before any user code.
+
+        Every later file operation resolves beneath this descriptor, never by path.
+        """
+        return os.open(f"/proc/{self.pid}/root/mnt/data",
+                       os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+    async def start_interpreter(self) -> Worker:
+        """Fork a fresh interpreter and wait until it is ready.
+
+        Raises:
+            WorkerCrashed: the holder or the new interpreter died.
+        """
+        if self.closed:
+            raise ZygoteUnavailable("the session holder is closed")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            await asend(self._ctl, {"t": "start"}, [theirs.fileno(), out_w, err_w])
+        except OSError as exc:
+            ours.close()
+            os.close(out_r)
+            os.close(err_r)
+            raise WorkerCrashed(f"session holder {self.pid} is gone: {exc}") from exc
+        finally:
+            theirs.close()
+            os.close(out_w)
+            os.close(err_w)
+        worker = Worker(self.pid, None, ours, out_r, err_r, max_file_bytes=self._max_file_bytes,
+                        signaller=self._signal_interpreter)
+        try:
+            await self._expect("started")
+            self.interpreter_alive = True
+            await worker.wait_ready()
+        except BaseException:
+            worker.close()
+            raise
+        return worker
+
+    def _signal_interpreter(self, signum: int) -> None:
+        kind = "interrupt" if signum == signal.SIGINT else "kill"
+        try:
+            self._ctl.send(f'{{"t": "{kind}"}}'.encode())
+        except OSError:
+            pass  # the holder is gone, and with it every interpreter process
+
+    async def kill_interpreter(self) -> None:
+        """Kill the interpreter and every process it started; files stay."""
+        if not self.interpreter_alive:
+            return
+        self._signal_interpreter(signal.SIGKILL)
+        await self._expect("exited")
+
+    def close(self) -> None:
+        """Kill the holder: the whole session namespace and its files go with it."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._ctl.close()
+        for fd in (self._out, self._err, self._pidfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
