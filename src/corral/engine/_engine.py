@@ -32,6 +32,7 @@ __all__ = ["Engine", "EngineStatistics"]
 
 logger = logging.getLogger("corral.engine")
 
+SANDBOX_OUTER_ID = 65534  # the host uid and gid every worker runs as
 _RESTART_BACKOFF = 0.5  # seconds between zygote restarts, so a broken host cannot spin
 _MEMORY_POKE = 0.1  # seconds between memory-gate re-checks while jobs wait
 
@@ -96,8 +97,12 @@ class Engine:
         await self.start()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.aclose()
 
     async def start(self) -> None:
@@ -122,15 +127,20 @@ class Engine:
 
     async def _start_zygote(self) -> None:
         assert self._tg is not None
-        host = ZygoteHost(preload=self._preload, max_file_bytes=self.limits.max_file_bytes)
+        limits = self.limits
+        host = ZygoteHost(preload=self._preload, max_file_bytes=limits.max_file_bytes,
+                          static={"work_bytes": limits.work_bytes, "pids": limits.pids,
+                                  "file_bytes": limits.file_bytes,
+                                  "open_files": limits.open_files})
         await host.start(self._tg)
         pool = WarmPool(host, self._pool_size)
         await pool.run(self._tg)
         self._host, self._pool = host, pool
         hello = host.hello
         versions = "; ".join(f"{k} {v}" for k, v in sorted(hello.get("versions", {}).items()))
-        self.runtime = (f"corral {corral.__version__}; python {hello.get('python', '?')}"
-                        + (f"; {versions}" if versions else ""))
+        self.runtime = f"corral {corral.__version__}; python {hello.get('python', '?')}" + (
+            f"; {versions}" if versions else ""
+        )
 
     async def _supervise(self) -> None:
         while not self._closing:
@@ -189,11 +199,16 @@ class Engine:
             limits=limits.as_dict(),
         )
 
-    def _refuse(self, outcome: Outcome, message: str, evidence: Evidence,
-                started: float) -> ExecutionResult:
+    def _refuse(
+        self, outcome: Outcome, message: str, evidence: Evidence, started: float
+    ) -> ExecutionResult:
         self._outcomes[outcome] += 1
-        return ExecutionResult(outcome=outcome, message=message, evidence=evidence,
-                               elapsed_ms=(time.perf_counter() - started) * 1000.0)
+        return ExecutionResult(
+            outcome=outcome,
+            message=message,
+            evidence=evidence,
+            elapsed_ms=(time.perf_counter() - started) * 1000.0,
+        )
 
     async def run(
         self,
@@ -239,15 +254,19 @@ class Engine:
             tg.cancel_scope.cancel()
         if result is None:
             outcome: Outcome = "cancelled" if job.cancelled_explicitly else "timeout"
-            message = ("the run was cancelled" if outcome == "cancelled"
-                       else f"the run exceeded its {limits.timeout:g} s deadline")
+            message = (
+                "the run was cancelled"
+                if outcome == "cancelled"
+                else f"the run exceeded its {limits.timeout:g} s time limit"
+            )
             result = job.stopped(outcome, message, evidence)
         self._outcomes[result.outcome] += 1
         job.finished(result)
         return result
 
-    async def _one_shot(self, job: _Job, code: str, inputs: Sequence[Input],
-                        evidence: Evidence) -> ExecutionResult:
+    async def _one_shot(
+        self, job: _Job, code: str, inputs: Sequence[Input], evidence: Evidence
+    ) -> ExecutionResult:
         pool = self._pool
         if pool is None:
             raise EngineClosed("the engine has no worker pool")
@@ -261,33 +280,54 @@ class Engine:
             job.drain(worker)
             worker.close()
 
-    async def execute_on(self, worker: Worker, job: _Job, code: str, inputs: Sequence[Input],
-                         evidence: Evidence, *, session: bool) -> ExecutionResult:
+    async def execute_on(
+        self,
+        worker: Worker,
+        job: _Job,
+        code: str,
+        inputs: Sequence[Input],
+        evidence: Evidence,
+        *,
+        session: bool,
+    ) -> ExecutionResult:
         """Send one request to ``worker`` and build the result (shared with sessions)."""
         job.worker = worker
         request = request_for(code, inputs, job.limits, anyio.current_effective_deadline())
-        blobs: list[bytes] = []
-        for item in inputs:
-            blobs.append(item.text)
-            if item.original is not None:
-                blobs.append(item.original)
+        if inputs:
+            files: list[tuple[str, bytes]] = []
+            for item in inputs:
+                files.append((f"{item.id}.txt", item.text))
+                if item.original is not None:
+                    files.append((f"{item.id}.orig", item.original))
+            try:
+                worker.write_inputs(files, uid=SANDBOX_OUTER_ID, gid=SANDBOX_OUTER_ID)
+            except OSError as exc:
+                return job.stopped("invalid_input", f"the inputs do not fit: {exc}", evidence)
         try:
             report: WorkerReport = await worker.execute(
-                request, blobs, job.capture.stdout, job.capture.stderr, job.executing)
+                request, job.capture.stdout, job.capture.stderr, job.executing)
         except WorkerError as exc:
             job.drain(worker)
             logger.warning("worker %s failed: %s", worker.pid, exc)
             return job.stopped("worker_error", f"the worker failed: {exc}", evidence)
         try:
-            return build_result("ok", job.capture, job.limits, report=report.done,
-                                contents=report.contents, evidence=evidence, **job.timing())
+            return build_result(
+                "ok",
+                job.capture,
+                job.limits,
+                report=report.done,
+                contents=report.contents,
+                evidence=evidence,
+                **job.timing(),
+            )
         except WorkerError as exc:
             return job.stopped("worker_error", f"the worker sent a bad report: {exc}", evidence)
 
     # sessions ----------------------------------------------------------------------------
 
-    async def open_session(self, *, session_id: str | None = None,
-                           limits: Limits | None = None) -> Session:
+    async def open_session(
+        self, *, session_id: str | None = None, limits: Limits | None = None
+    ) -> Session:
         """Open a stateful session backed by a persistent isolated worker.
 
         Raises:
@@ -327,11 +367,16 @@ class Engine:
         pool = self._pool.statistics() if self._pool is not None else None
         sched = self._scheduler.statistics()
         return EngineStatistics(
-            capacity=sched.capacity, running=sched.running, queued=sched.queued,
-            queue_size=sched.queue_size, pool_size=self._pool_size,
+            capacity=sched.capacity,
+            running=sched.running,
+            queued=sched.queued,
+            queue_size=sched.queue_size,
+            pool_size=self._pool_size,
             pool_ready=pool.ready if pool else 0,
-            sessions=len(self.sessions()), zygote_restarts=self._restarts,
-            runs_by_outcome=dict(self._outcomes), scheduler=sched,
+            sessions=len(self.sessions()),
+            zygote_restarts=self._restarts,
+            runs_by_outcome=dict(self._outcomes),
+            scheduler=sched,
         )
 
 
@@ -350,21 +395,31 @@ def validate_request(code: str, inputs: Sequence[Input], limits: Limits) -> str:
     return ""
 
 
-def request_for(code: str, inputs: Sequence[Input], limits: Limits,
-                deadline: float) -> dict[str, Any]:
-    remaining = max(0.0, deadline - anyio.current_time()) if math.isfinite(deadline) else (
-        limits.timeout)
+def request_for(
+    code: str, inputs: Sequence[Input], limits: Limits, deadline: float
+) -> dict[str, Any]:
+    remaining = (
+        max(0.0, deadline - anyio.current_time()) if math.isfinite(deadline) else (limits.timeout)
+    )
     return {
-        "t": "run", "code": code,
+        "t": "run",
+        "code": code,
         "limits": {
-            "work_bytes": limits.work_bytes, "memory_bytes": limits.memory_bytes,
-            "cpu_seconds": math.ceil(remaining) + 1, "pids": limits.pids,
-            "file_bytes": limits.file_bytes, "open_files": limits.open_files,
-            "max_files": limits.max_files, "max_file_bytes": limits.max_file_bytes,
-            "max_display": limits.max_display, "display_bytes": limits.display_bytes,
+            "work_bytes": limits.work_bytes,
+            "memory_bytes": limits.memory_bytes,
+            "cpu_seconds": math.ceil(remaining) + 1,
+            "pids": limits.pids,
+            "file_bytes": limits.file_bytes,
+            "open_files": limits.open_files,
+            "max_files": limits.max_files,
+            "max_file_bytes": limits.max_file_bytes,
+            "max_display": limits.max_display,
+            "display_bytes": limits.display_bytes,
         },
-        "inputs": [{"id": i.id, "media_type": i.media_type, "original": i.original is not None}
-                   for i in inputs],
+        "inputs": [
+            {"id": i.id, "media_type": i.media_type, "original": i.original is not None}
+            for i in inputs
+        ],
     }
 
 
@@ -415,12 +470,18 @@ class _Job:
     def stopped(self, outcome: Outcome, message: str, evidence: Evidence) -> ExecutionResult:
         if self.worker is not None:
             self.drain(self.worker)
-        return build_result(outcome, self.capture, self.limits, message=message,
-                            evidence=evidence, **self.timing())
+        return build_result(
+            outcome, self.capture, self.limits, message=message, evidence=evidence, **self.timing()
+        )
 
     def finished(self, result: ExecutionResult) -> None:
-        self._emit(phase="finished", outcome=result.outcome,
-                   stdout_chars=len(result.stdout), stderr_chars=len(result.stderr),
-                   result_chars=len(result.result.get("text/plain", "")) if result.result else 0,
-                   omitted_chars=sum(result.omitted.values()),
-                   display_count=len(result.display), file_count=len(result.files))
+        self._emit(
+            phase="finished",
+            outcome=result.outcome,
+            stdout_chars=len(result.stdout),
+            stderr_chars=len(result.stderr),
+            result_chars=len(result.result.get("text/plain", "")) if result.result else 0,
+            omitted_chars=sum(result.omitted.values()),
+            display_count=len(result.display),
+            file_count=len(result.files),
+        )

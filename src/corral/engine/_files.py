@@ -8,7 +8,6 @@ sandboxed user could not, and the files it writes belong to that user.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import hashlib
 from collections.abc import Callable
@@ -19,23 +18,13 @@ import anyio
 from corral import _fs
 from corral.engine._result import FileInfo
 from corral.errors import SessionDiskFull
+from corral.sandbox import as_fs_owner
 
 __all__ = ["SessionFiles"]
 
 T = TypeVar("T")
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _as_owner(uid: int, gid: int, action: Callable[[], T]) -> T:
-    # setfsuid/setfsgid change only the calling thread's credentials.
-    previous_gid = _libc.setfsgid(gid)
-    previous_uid = _libc.setfsuid(uid)
-    try:
-        return action()
-    finally:
-        _libc.setfsuid(previous_uid)
-        _libc.setfsgid(previous_gid)
+_as_owner = as_fs_owner
 
 
 class SessionFiles:
@@ -59,8 +48,9 @@ class SessionFiles:
         """
         rel = _fs.validate_relpath(path)
         try:
-            await self._run(lambda: _fs.write_atomic(self._root, rel, data,
-                                                     max_bytes=self._max_file_bytes))
+            await self._run(
+                lambda: _fs.write_atomic(self._root, rel, data, max_bytes=self._max_file_bytes)
+            )
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
                 raise SessionDiskFull(f"{rel}: the session's disk quota is exhausted") from None

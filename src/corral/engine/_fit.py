@@ -81,8 +81,7 @@ def _cut(begin: str, end: str, total: int, room: int) -> tuple[str, str]:
     return head, end[len(end) - tail_len :] if tail_len else ""
 
 
-def render(head: str, tail: str, dropped: int, max_chars: int,
-           max_bytes: int) -> tuple[str, int]:
+def render(head: str, tail: str, dropped: int, max_chars: int, max_bytes: int) -> tuple[str, int]:
     """Fit one channel into ``max_chars`` characters and ``max_bytes`` UTF-8 bytes.
 
     Returns the text (with a marker where characters were cut) and the exact number of the
@@ -115,8 +114,9 @@ def render(head: str, tail: str, dropped: int, max_chars: int,
     return best
 
 
-def fit_channels(channels: dict[str, tuple[str, str, int]], max_chars: int,
-                 max_bytes: int) -> dict[str, tuple[str, int]]:
+def fit_channels(
+    channels: dict[str, tuple[str, str, int]], max_chars: int, max_bytes: int
+) -> dict[str, tuple[str, int]]:
     """Fit every channel to ``max_chars``, then share ``max_bytes`` among them.
 
     The byte budget is shared by water-filling: channels smaller than an equal share keep

@@ -32,9 +32,7 @@ class Input:
         if not self.text_sha256:
             object.__setattr__(self, "text_sha256", hashlib.sha256(self.text).hexdigest())
         if self.original is not None and self.original_sha256 is None:
-            object.__setattr__(
-                self, "original_sha256", hashlib.sha256(self.original).hexdigest()
-            )
+            object.__setattr__(self, "original_sha256", hashlib.sha256(self.original).hexdigest())
 
 
 Phase = Literal["queued", "started", "executing", "finished"]

@@ -30,8 +30,9 @@ def _str_dict(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-def _files(report: dict[str, Any], contents: list[bytes],
-           limits: Limits) -> tuple[tuple[FileInfo, ...], dict[str, bytes]]:
+def _files(
+    report: dict[str, Any], contents: list[bytes], limits: Limits
+) -> tuple[tuple[FileInfo, ...], dict[str, bytes]]:
     raw = report.get("files", [])
     if not isinstance(raw, list) or len(raw) > limits.max_files:
         raise WorkerProtocolError("bad file list")
@@ -42,9 +43,14 @@ def _files(report: dict[str, Any], contents: list[bytes],
         if not isinstance(item, dict):
             raise WorkerProtocolError("bad file entry")
         path, size, digest = item.get("path"), item.get("size"), item.get("sha256")
-        if (not isinstance(path, str) or path.startswith("/") or ".." in path.split("/")
-                or not isinstance(size, int) or not isinstance(digest, str)
-                or not _SHA256.fullmatch(digest)):
+        if (
+            not isinstance(path, str)
+            or path.startswith("/")
+            or ".." in path.split("/")
+            or not isinstance(size, int)
+            or not isinstance(digest, str)
+            or not _SHA256.fullmatch(digest)
+        ):
             raise WorkerProtocolError("bad file entry")
         infos.append(FileInfo(path, size, digest))
         if item.get("content"):
@@ -55,9 +61,16 @@ def _files(report: dict[str, Any], contents: list[bytes],
     return tuple(infos), data
 
 
-def build_result(outcome: Outcome, capture: Capture, limits: Limits, *,
-                 report: dict[str, Any] | None = None, contents: list[bytes] | None = None,
-                 message: str = "", **timing: Any) -> ExecutionResult:
+def build_result(
+    outcome: Outcome,
+    capture: Capture,
+    limits: Limits,
+    *,
+    report: dict[str, Any] | None = None,
+    contents: list[bytes] | None = None,
+    message: str = "",
+    **timing: Any,
+) -> ExecutionResult:
     """Fit the captured channels and, when the worker reported, validate what it said.
 
     Raises:
@@ -78,8 +91,9 @@ def build_result(outcome: Outcome, capture: Capture, limits: Limits, *,
         raw_error = report.get("error")
         if raw_error is not None:
             err = _str_dict(raw_error, "error")
-            error = ErrorInfo(str(err.get("type", "")), str(err.get("message", "")),
-                              str(err.get("traceback", "")))
+            error = ErrorInfo(
+                str(err.get("type", "")), str(err.get("message", "")), str(err.get("traceback", ""))
+            )
         raw_display = report.get("display", [])
         if not isinstance(raw_display, list) or len(raw_display) > limits.max_display:
             raise WorkerProtocolError("bad display list")
@@ -87,12 +101,23 @@ def build_result(outcome: Outcome, capture: Capture, limits: Limits, *,
         if sum(len(str(v)) for d in display for v in d.values()) > limits.display_bytes * 2:
             raise WorkerProtocolError("display exceeds its bound")
         files, file_data = _files(report, contents or [], limits)
+        usage = report.get("usage")
+        if isinstance(usage, dict):
+            cpu, rss = usage.get("cpu_ms"), usage.get("peak_rss_kb")
+            if isinstance(cpu, int | float) and isinstance(rss, int) and cpu >= 0 and rss >= 0:
+                timing.setdefault("cpu_ms", float(cpu))
+                timing.setdefault("peak_rss_kb", rss)
         if error is not None and outcome == "ok":
             outcome = "memory_limit" if error.type == "MemoryError" else "python_error"
     fitted = fit_channels(
-        {"stdout": capture.stdout.finish(), "stderr": capture.stderr.finish(),
-         "result": result_fitter.finish()},
-        limits.output_chars, limits.output_bytes)
+        {
+            "stdout": capture.stdout.finish(),
+            "stderr": capture.stderr.finish(),
+            "result": result_fitter.finish(),
+        },
+        limits.output_chars,
+        limits.output_bytes,
+    )
     result: dict[str, Any] | str = ""
     if result_bundle:
         html = result_bundle.get("text/html")
@@ -100,14 +125,23 @@ def build_result(outcome: Outcome, capture: Capture, limits: Limits, *,
         result["text/plain"] = fitted["result"][0]
         if isinstance(html, str) and len(html) <= limits.output_chars:
             result["text/html"] = html
-    omitted = Omitted(stdout=fitted["stdout"][1], stderr=fitted["stderr"][1],
-                      result=fitted["result"][1])
+    omitted = Omitted(
+        stdout=fitted["stdout"][1], stderr=fitted["stderr"][1], result=fitted["result"][1]
+    )
     stderr = fitted["stderr"][0]
     if message and outcome not in ("ok", "python_error"):
         # A model reading only stderr must still tell a timeout from a silent failure.
         stderr += ("" if not stderr or stderr.endswith("\n") else "\n") + f"[corral] {message}\n"
     return ExecutionResult(
-        outcome=outcome, stdout=fitted["stdout"][0], stderr=stderr,
-        result=result, display=display, files=files, omitted=omitted, error=error,  # type: ignore[arg-type]
-        message=message, file_contents=file_data, **timing,
+        outcome=outcome,
+        stdout=fitted["stdout"][0],
+        stderr=stderr,
+        result=result,
+        display=display,
+        files=files,
+        omitted=omitted,
+        error=error,  # type: ignore[arg-type]
+        message=message,
+        file_contents=file_data,
+        **timing,
     )

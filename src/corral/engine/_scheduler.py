@@ -53,8 +53,14 @@ class _Waiter:
 class Scheduler:
     """Grants run slots in arrival order."""
 
-    def __init__(self, capacity: int, queue_size: int, *, min_free_memory: int = 0,
-                 memory_probe: Callable[[], int | None] = memory_available_bytes) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        queue_size: int,
+        *,
+        min_free_memory: int = 0,
+        memory_probe: Callable[[], int | None] = memory_available_bytes,
+    ) -> None:
         if capacity < 1 or queue_size < 0:
             raise ValueError("capacity must be >= 1 and queue_size >= 0")
         self.capacity = capacity
@@ -127,6 +133,12 @@ class Scheduler:
         return len(self._queue)
 
     def statistics(self) -> SchedulerStatistics:
-        return SchedulerStatistics(self.capacity, self._running, len(self._queue),
-                                   self.queue_size, self._admitted, self._busy,
-                                   self._memory_waits)
+        return SchedulerStatistics(
+            self.capacity,
+            self._running,
+            len(self._queue),
+            self.queue_size,
+            self._admitted,
+            self._busy,
+            self._memory_waits,
+        )

@@ -50,8 +50,9 @@ class Session:
         self._worker: Worker | None = None
         self._restart_note = False
         self._data_fd = holder.open_data_dir()
-        self.files = SessionFiles(self._data_fd, _SANDBOX_OUTER_ID, _SANDBOX_OUTER_ID,
-                                  engine.session_disk_bytes)
+        self.files = SessionFiles(
+            self._data_fd, _SANDBOX_OUTER_ID, _SANDBOX_OUTER_ID, engine.session_disk_bytes
+        )
         self.closed = False
 
     def _check_open(self) -> None:
@@ -61,9 +62,14 @@ class Session:
     def touch(self) -> None:
         self.last_used = time.monotonic()
 
-    async def run(self, code: str, *, limits: Limits | None = None,
-                  on_event: RunEventSink | None = None,
-                  cancel: anyio.Event | None = None) -> ExecutionResult:
+    async def run(
+        self,
+        code: str,
+        *,
+        limits: Limits | None = None,
+        on_event: RunEventSink | None = None,
+        cancel: anyio.Event | None = None,
+    ) -> ExecutionResult:
         """Run ``code`` in this session's interpreter; state persists between runs.
 
         Raises:
@@ -109,8 +115,7 @@ class Session:
             self._worker = await self._holder.start_interpreter()
         job.restarted = self._restart_note
         self._restart_note = False
-        result = await self._engine.execute_on(self._worker, job, code, (), evidence,
-                                               session=True)
+        result = await self._engine.execute_on(self._worker, job, code, (), evidence, session=True)
         if result.outcome == "worker_error":
             await self._discard_interpreter()
             result = dataclasses.replace(result, restarted=True)
@@ -129,8 +134,11 @@ class Session:
 
     async def _stopped(self, job: Any, evidence: Any) -> ExecutionResult:
         outcome = "cancelled" if job.cancelled_explicitly else "timeout"
-        what = ("the run was cancelled" if outcome == "cancelled"
-                else f"the run exceeded its {job.limits.timeout:g} s time limit")
+        what = (
+            "the run was cancelled"
+            if outcome == "cancelled"
+            else f"the run exceeded its {job.limits.timeout:g} s time limit"
+        )
         if job.worker is None:
             message = f"{what} before the code started; the session is unchanged"
             return job.stopped(outcome, message, evidence)

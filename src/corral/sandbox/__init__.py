@@ -11,6 +11,7 @@ from corral.sandbox._holder_client import Holder
 from corral.sandbox._host import DEFAULT_PRELOAD, ZygoteHost
 from corral.sandbox._pool import PoolStatistics, WarmPool
 from corral.sandbox._seccomp import DENIED_SYSCALLS
+from corral.sandbox._syscalls import as_fs_owner
 from corral.sandbox._worker import ExitInfo, OutputSink, Worker, WorkerReport
 
 __all__ = [
@@ -26,5 +27,6 @@ __all__ = [
     "Worker",
     "WorkerReport",
     "ZygoteHost",
+    "as_fs_owner",
     "doctor",
 ]

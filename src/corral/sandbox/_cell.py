@@ -55,8 +55,14 @@ class Display:
         self._bytes += size
         self.bundles.append(data)
 
-    def __call__(self, *objs: Any, include: Any = None, exclude: Any = None,
-                 raw: bool = False, **_ignored: Any) -> None:
+    def __call__(
+        self,
+        *objs: Any,
+        include: Any = None,
+        exclude: Any = None,
+        raw: bool = False,
+        **_ignored: Any,
+    ) -> None:
         for obj in objs:
             if raw and isinstance(obj, dict):
                 self.publish({k: _jsonable(v) for k, v in obj.items()})
@@ -147,8 +153,9 @@ def _user_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def execute_cell(code: str, namespace: dict[str, Any], display: Display,
-                 on_error: Callable[[str], None]) -> CellOutput:
+def execute_cell(
+    code: str, namespace: dict[str, Any], display: Display, on_error: Callable[[str], None]
+) -> CellOutput:
     """Run one cell in ``namespace``; exceptions become ``CellOutput.error``."""
     out = CellOutput()
     lines = code.splitlines(keepends=True)

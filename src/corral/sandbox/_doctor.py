@@ -12,8 +12,14 @@ from corral.sandbox import _syscalls as sc
 
 __all__ = ["DoctorReport", "Feature", "doctor"]
 
-_ALL_NAMESPACES = (sc.CLONE_NEWUSER | sc.CLONE_NEWPID | sc.CLONE_NEWNS | sc.CLONE_NEWNET
-                   | sc.CLONE_NEWIPC | sc.CLONE_NEWUTS)
+_ALL_NAMESPACES = (
+    sc.CLONE_NEWUSER
+    | sc.CLONE_NEWPID
+    | sc.CLONE_NEWNS
+    | sc.CLONE_NEWNET
+    | sc.CLONE_NEWIPC
+    | sc.CLONE_NEWUTS
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +43,18 @@ class DoctorReport:
         return [f"{f.name}: {f.detail}" for f in self.features if f.required and not f.available]
 
     def as_dict(self) -> dict[str, object]:
-        return {"ok": self.ok, "features": [
-            {"name": f.name, "available": f.available, "required": f.required,
-             "detail": f.detail} for f in self.features]}
+        return {
+            "ok": self.ok,
+            "features": [
+                {
+                    "name": f.name,
+                    "available": f.available,
+                    "required": f.required,
+                    "detail": f.detail,
+                }
+                for f in self.features
+            ],
+        }
 
 
 def _probe_namespaces() -> Feature:
@@ -70,12 +85,20 @@ def _probe_namespaces() -> Feature:
     os.close(read_end)
     os.waitpid(pid, 0)
     if message == "ok":
-        return Feature("namespaces", True, True,
-                       "user, pid, mount, network, ipc and uts namespaces can be created")
-    return Feature("namespaces", False, True,
-                   f"cannot create user/pid/mount/net/ipc/uts namespaces ({message}); "
-                   "enable unprivileged user namespaces (kernel.unprivileged_userns_clone=1, "
-                   "user.max_user_namespaces>0) or run on a kernel that has them")
+        return Feature(
+            "namespaces",
+            True,
+            True,
+            "user, pid, mount, network, ipc and uts namespaces can be created",
+        )
+    return Feature(
+        "namespaces",
+        False,
+        True,
+        f"cannot create user/pid/mount/net/ipc/uts namespaces ({message}); "
+        "enable unprivileged user namespaces (kernel.unprivileged_userns_clone=1, "
+        "user.max_user_namespaces>0) or run on a kernel that has them",
+    )
 
 
 def _sysctl(path: str) -> str | None:
@@ -88,35 +111,74 @@ def _sysctl(path: str) -> str | None:
 
 def doctor() -> DoctorReport:
     """Probe the kernel; every feature says whether corral needs it and what it found."""
-    features = [Feature("linux", platform.system() == "Linux", True,
-                        f"{platform.system()} {platform.release()} {platform.machine()}")]
+    features = [
+        Feature(
+            "linux",
+            platform.system() == "Linux",
+            True,
+            f"{platform.system()} {platform.release()} {platform.machine()}",
+        )
+    ]
     if platform.system() != "Linux":
         return DoctorReport(tuple(features))
     features.append(_probe_namespaces())
     max_userns = _sysctl("/proc/sys/user/max_user_namespaces")
-    features.append(Feature("user.max_user_namespaces", max_userns not in (None, "0"), False,
-                            f"{max_userns}"))
+    features.append(
+        Feature("user.max_user_namespaces", max_userns not in (None, "0"), False, f"{max_userns}")
+    )
     seccomp_lib = ctypes.util.find_library("seccomp")
-    features.append(Feature("libseccomp", seccomp_lib is not None, True,
-                            seccomp_lib or "libseccomp.so.2 not found (apt install libseccomp2)"))
+    features.append(
+        Feature(
+            "libseccomp",
+            seccomp_lib is not None,
+            True,
+            seccomp_lib or "libseccomp.so.2 not found (apt install libseccomp2)",
+        )
+    )
     status = _sysctl("/proc/self/status") or ""
     has_seccomp = "Seccomp:" in status
-    features.append(Feature("seccomp", has_seccomp, True,
-                            "seccomp filters supported" if has_seccomp
-                            else "kernel built without CONFIG_SECCOMP_FILTER"))
+    features.append(
+        Feature(
+            "seccomp",
+            has_seccomp,
+            True,
+            "seccomp filters supported"
+            if has_seccomp
+            else "kernel built without CONFIG_SECCOMP_FILTER",
+        )
+    )
     has_pidfd = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
     if has_pidfd:
         try:
             os.close(os.pidfd_open(os.getpid()))
         except OSError:
             has_pidfd = False
-    features.append(Feature("pidfd", has_pidfd, True, "pidfd_open and pidfd_send_signal"
-                            if has_pidfd else "needs Linux >= 5.3"))
+    features.append(
+        Feature(
+            "pidfd",
+            has_pidfd,
+            True,
+            "pidfd_open and pidfd_send_signal" if has_pidfd else "needs Linux >= 5.3",
+        )
+    )
     root = os.geteuid() == 0
-    features.append(Feature("root", root, True,
-                            "corral builds the sandbox root as root, then drops to uid 65534"
-                            if root else "run corral as root (it drops privileges itself)"))
+    features.append(
+        Feature(
+            "root",
+            root,
+            True,
+            "corral builds the sandbox root as root, then drops to uid 65534"
+            if root
+            else "run corral as root (it drops privileges itself)",
+        )
+    )
     cgroup2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
-    features.append(Feature("cgroup v2", cgroup2, False,
-                            "not used: memory and pids are bounded by rlimits per worker"))
+    features.append(
+        Feature(
+            "cgroup v2",
+            cgroup2,
+            False,
+            "not used: memory and pids are bounded by rlimits per worker",
+        )
+    )
     return DoctorReport(tuple(features))

@@ -36,7 +36,8 @@ def _kill_everyone_else() -> None:
             return
 
 
-def _start_interpreter(fds: list[int], cwd: str, seccomp_bpf: bytes) -> int:
+def _start_interpreter(fds: list[int], cwd: str, seccomp_bpf: bytes,
+                       static: _runner.StaticLimits) -> int:
     pid = os.fork()
     if pid == 0:
         status = 0
@@ -48,7 +49,8 @@ def _start_interpreter(fds: list[int], cwd: str, seccomp_bpf: bytes) -> int:
             os.closerange(_runner.PROTOCOL_FD + 1, 1 << 20)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
-            _runner.serve(cwd=cwd, session=True, seccomp_bpf=seccomp_bpf)
+            _runner.serve(cwd=cwd, session=True, seccomp_bpf=seccomp_bpf, static=static,
+                          inputs_fd=None)
         except BaseException as exc:  # noqa: BLE001 - report, then exit
             status = 70
             try:
@@ -62,13 +64,28 @@ def _start_interpreter(fds: list[int], cwd: str, seccomp_bpf: bytes) -> int:
     return pid
 
 
-def holder_main(*, template: str, staged: list[tuple[str, str]], disk_bytes: int,
-                seccomp_bpf: bytes, outer_uid: int, outer_gid: int) -> None:
+def holder_main(
+    *,
+    template: str,
+    staged: list[tuple[str, str]],
+    disk_bytes: int,
+    seccomp_bpf: bytes,
+    outer_uid: int,
+    outer_gid: int,
+    static: _runner.StaticLimits,
+) -> None:
     """Run in a freshly cloned session worker; never returns."""
     status = 0
     try:
-        cwd = _isolate.enter(template=template, staged=staged, outer_uid=outer_uid,
-                             outer_gid=outer_gid, session_disk_bytes=disk_bytes)
+        cwd, inputs_fd = _isolate.enter(
+            template=template,
+            staged=staged,
+            outer_uid=outer_uid,
+            outer_gid=outer_gid,
+            work_bytes=static["work_bytes"],
+            session_disk_bytes=disk_bytes,
+        )
+        os.close(inputs_fd)  # sessions take files through the files API instead
         sc.set_dumpable(False)
         control = socket.socket(fileno=_CONTROL_FD)
         control.setblocking(True)
@@ -89,7 +106,7 @@ def holder_main(*, template: str, staged: list[tuple[str, str]], disk_bytes: int
                         return
                     kind = message.get("t")
                     if kind == "start" and interpreter is None and len(fds) == 3:
-                        interpreter = _start_interpreter(fds, cwd, seccomp_bpf)
+                        interpreter = _start_interpreter(fds, cwd, seccomp_bpf, static)
                         send(control, {"t": "started"})
                     elif kind == "interrupt" and interpreter is not None:
                         os.kill(interpreter, signal.SIGINT)

@@ -21,8 +21,16 @@ _CONTROL_TIMEOUT = 10.0  # seconds for the holder to fork, kill or answer; it ru
 class Holder:
     """A session's holder process: its files' keeper and the parent of its interpreter."""
 
-    def __init__(self, pid: int, pidfd: int, ctl: socket.socket, out_fd: int, err_fd: int,
-                 *, max_file_bytes: int) -> None:
+    def __init__(
+        self,
+        pid: int,
+        pidfd: int,
+        ctl: socket.socket,
+        out_fd: int,
+        err_fd: int,
+        *,
+        max_file_bytes: int,
+    ) -> None:
         self.pid = pid
         self._pidfd = pidfd
         self._ctl = ctl
@@ -67,8 +75,10 @@ class Holder:
 
         Every later file operation resolves beneath this descriptor, never by path.
         """
-        return os.open(f"/proc/{self.pid}/root/mnt/data",
-                       os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return os.open(
+            f"/proc/{self.pid}/root/mnt/data",
+            os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+        )
 
     async def start_interpreter(self) -> Worker:
         """Fork a fresh interpreter and wait until it is ready.
@@ -92,8 +102,15 @@ class Holder:
             theirs.close()
             os.close(out_w)
             os.close(err_w)
-        worker = Worker(self.pid, None, ours, out_r, err_r, max_file_bytes=self._max_file_bytes,
-                        signaller=self._signal_interpreter)
+        worker = Worker(
+            self.pid,
+            None,
+            ours,
+            out_r,
+            err_r,
+            max_file_bytes=self._max_file_bytes,
+            signaller=self._signal_interpreter,
+        )
         try:
             await self._expect("started")
             self.interpreter_alive = True

@@ -14,11 +14,13 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
 
+import corral
 from corral.errors import IsolationError, ZygoteUnavailable
 from corral.sandbox._holder_client import Holder
 from corral.sandbox._seqpacket import areceive, asend
@@ -38,7 +40,10 @@ class ZygoteHost:
     """One running zygote and the workers it has spawned for us."""
 
     def __init__(self, *, preload: tuple[str, ...] = DEFAULT_PRELOAD, uid: int = 65534,
-                 gid: int = 65534, max_file_bytes: int = 16 * 1024 * 1024) -> None:
+                 gid: int = 65534, max_file_bytes: int = 16 * 1024 * 1024,
+                 static: dict[str, int] | None = None) -> None:
+        self._static = static or {"work_bytes": 128 << 20, "pids": 64, "file_bytes": 64 << 20,
+                                  "open_files": 256}
         self._preload = preload
         self._uid = uid
         self._gid = gid
@@ -60,12 +65,28 @@ class ZygoteHost:
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {k: os.environ[k] for k in _ZYGOTE_ENV_KEYS if k in os.environ}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        # Only where corral itself lives: the rest of the caller's sys.path (a script's folder,
+        # say) is no business of the sandbox.
+        env["PYTHONPATH"] = str(Path(corral.__file__).resolve().parent.parent)
         self._process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "corral.sandbox._zygote", "--ctl-fd",
-             str(theirs.fileno()), "--preload", ",".join(self._preload),
-             "--uid", str(self._uid), "--gid", str(self._gid)],
-            pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL, close_fds=True,
+            [
+                sys.executable,
+                "-I",
+                "-m",
+                "corral.sandbox._zygote",
+                "--ctl-fd",
+                str(theirs.fileno()),
+                "--preload",
+                ",".join(self._preload),
+                "--uid",
+                str(self._uid),
+                "--gid",
+                str(self._gid),
+            ],
+            pass_fds=[theirs.fileno()],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            close_fds=True,
         )
         theirs.close()
         ours.setblocking(False)
@@ -75,8 +96,9 @@ class ZygoteHost:
             if message is None:
                 raise ZygoteUnavailable("the zygote exited during start-up")
             if message.get("t") == "failed":
-                raise IsolationError(f"cannot build the sandbox: {message.get('error')}"
-                                     " (run `corral doctor`)")
+                raise IsolationError(
+                    f"cannot build the sandbox: {message.get('error')} (run `corral doctor`)"
+                )
             self.hello = message
             task_group.start_soon(self._read_loop)
             return
@@ -101,9 +123,13 @@ class ZygoteHost:
                 elif kind == "exit":
                     worker = self._workers.pop(int(message["pid"]), None)
                     if worker is not None:
-                        worker.notify_exit(ExitInfo(int(message["code"]),
-                                                    float(message["cpu_ms"]),
-                                                    int(message["peak_rss_kb"])))
+                        worker.notify_exit(
+                            ExitInfo(
+                                int(message["code"]),
+                                float(message["cpu_ms"]),
+                                int(message["peak_rss_kb"]),
+                            )
+                        )
                 else:
                     for fd in fds:
                         os.close(fd)
@@ -118,8 +144,9 @@ class ZygoteHost:
             worker.notify_exit(ExitInfo(-9, 0.0, 0))
         self._workers.clear()
 
-    async def _clone(self, message: dict[str, Any],
-                     kind: socket.SocketKind) -> tuple[int, int, socket.socket, int, int]:
+    async def _clone(
+        self, message: dict[str, Any], kind: socket.SocketKind
+    ) -> tuple[int, int, socket.socket, int, int]:
         if self.dead.is_set() or self._ctl is None:
             raise ZygoteUnavailable("the zygote is not running")
         ident = next(self._ids)
@@ -131,8 +158,11 @@ class ZygoteHost:
         self._pending[ident] = (event, box)
         try:
             try:
-                await asend(self._ctl, {"t": "spawn", "id": ident, **message},
-                            [theirs.fileno(), out_w, err_w])
+                await asend(
+                    self._ctl,
+                    {"t": "spawn", "id": ident, "static": self._static, **message},
+                    [theirs.fileno(), out_w, err_w],
+                )
             except OSError as exc:
                 raise ZygoteUnavailable(f"the zygote is gone: {exc}") from exc
             finally:
@@ -170,7 +200,8 @@ class ZygoteHost:
             ZygoteUnavailable: the zygote is gone or did not answer.
         """
         pid, pidfd, sock, out_r, err_r = await self._clone(
-            {"session": True, "disk_bytes": disk_bytes}, socket.SOCK_SEQPACKET)
+            {"session": True, "disk_bytes": disk_bytes}, socket.SOCK_SEQPACKET
+        )
         return Holder(pid, pidfd, sock, out_r, err_r, max_file_bytes=self._max_file_bytes)
 
     async def ping(self) -> bool:

@@ -1,9 +1,13 @@
-"""Inside a fresh worker: enter the template root, then seal the process before user code.
+"""Inside a fresh worker: enter the template root, lock the process down, bound each run.
 
-Two stages, because a pre-isolated worker waits in the pool before it knows its inputs:
-``enter`` runs right after the namespace clone (maps, mounts, pivot, hostname, environment,
-file descriptors); ``seal`` runs once a request has arrived (inputs written and made
-read-only, rlimits, every capability dropped, no_new_privs, seccomp).
+``enter`` runs right after the namespace clone: id maps, the worker's own file systems, pivot,
+hostname and environment. ``lock_down`` runs before the worker reports ready, so a pooled
+worker is already fully isolated while it waits: every capability dropped, no_new_privs,
+seccomp, static rlimits. ``bound_run`` only lowers limits once a request names them.
+
+Inputs arrive without privileges: ``/inputs`` is a read-only bind of a tmpfs whose writable
+mount is detached; the worker hands the engine a descriptor of that tmpfs before any user code
+exists, and the engine writes the files through it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Mapping
 from corral.sandbox import _syscalls as sc
 from corral.sandbox._rootfs import SANDBOX_GID, SANDBOX_UID
 
-__all__ = ["SANDBOX_ENV", "enter", "seal"]
+__all__ = ["SANDBOX_ENV", "bound_run", "enter", "lock_down"]
 
 SANDBOX_ENV: Mapping[str, str] = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -25,6 +29,7 @@ SANDBOX_ENV: Mapping[str, str] = {
     "LC_ALL": "C.UTF-8",
     "USER": "sandbox",
     "MPLBACKEND": "Agg",
+    "PLOTLY_RENDERER": "plotly_mimetype",
     "MPLCONFIGDIR": "/tmp/matplotlib",
     "OPENBLAS_NUM_THREADS": "1",
     "OMP_NUM_THREADS": "1",
@@ -33,6 +38,7 @@ SANDBOX_ENV: Mapping[str, str] = {
     "PYTHONUNBUFFERED": "1",
 }
 _NOSUID_NODEV = sc.MS_NOSUID | sc.MS_NODEV
+_INPUTS_STAGING = "/tmp/.corral-inputs"
 
 
 def _write(path: str, text: str) -> None:
@@ -43,11 +49,19 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
-def enter(*, template: str, staged: list[tuple[str, str]], outer_uid: int, outer_gid: int,
-          session_disk_bytes: int | None = None) -> str:
+def enter(
+    *,
+    template: str,
+    staged: list[tuple[str, str]],
+    outer_uid: int,
+    outer_gid: int,
+    work_bytes: int,
+    session_disk_bytes: int | None = None,
+) -> tuple[str, int]:
     """Map ids, build the worker's mounts on the template and pivot into it.
 
-    Returns the working directory user code will start in.
+    Returns the working directory user code starts in and a descriptor of the writable
+    inputs file system (for the engine; the worker closes its copy once it has passed it on).
     """
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{SANDBOX_UID} {outer_uid} 1\n")
@@ -55,12 +69,15 @@ def enter(*, template: str, staged: list[tuple[str, str]], outer_uid: int, outer
     root = template
     # Mounts copied from the zygote's namespace are locked; pivot_root needs a root of our own.
     sc.mount(root, root, None, sc.MS_BIND | sc.MS_REC)
-    sc.mount("work", f"{root}/work", "tmpfs", _NOSUID_NODEV, "mode=0755,size=128m")
-    sc.mount("tmp", f"{root}/tmp", "tmpfs", _NOSUID_NODEV, "mode=1777,size=64m")
-    sc.mount("shm", f"{root}/dev/shm", "tmpfs", _NOSUID_NODEV | sc.MS_NOEXEC,
-             "mode=1777,size=64m")
-    sc.mount("inputs", f"{root}/inputs", "tmpfs", _NOSUID_NODEV | sc.MS_NOEXEC,
-             "mode=0755,size=64m")
+    sc.mount("work", f"{root}/work", "tmpfs", _NOSUID_NODEV, f"mode=0755,size={work_bytes}")
+    sc.mount("tmp", f"{root}/tmp", "tmpfs", _NOSUID_NODEV, f"mode=1777,size={work_bytes}")
+    sc.mount("shm", f"{root}/dev/shm", "tmpfs", _NOSUID_NODEV | sc.MS_NOEXEC, "mode=1777,size=64m")
+    staging = f"{root}{_INPUTS_STAGING}"
+    os.mkdir(staging, 0o700)
+    sc.mount("inputs", staging, "tmpfs", _NOSUID_NODEV | sc.MS_NOEXEC, "mode=0755,size=256m")
+    sc.mount(staging, f"{root}/inputs", None, sc.MS_BIND)
+    sc.mount(None, f"{root}/inputs", None,
+             sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | _NOSUID_NODEV | sc.MS_NOEXEC)
     cwd = "/work"
     if session_disk_bytes is not None:
         # The session's files outlive interpreter restarts: they live as long as the holder.
@@ -76,34 +93,19 @@ def enter(*, template: str, staged: list[tuple[str, str]], outer_uid: int, outer
     sc.pivot_root(".", ".")
     sc.umount(".", sc.MNT_DETACH)
     os.chdir("/")
+    inputs_fd = os.open(_INPUTS_STAGING, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    sc.umount(_INPUTS_STAGING, sc.MNT_DETACH)
+    os.rmdir(_INPUTS_STAGING)
     sc.sethostname("corral")
     os.environ.clear()
     os.environ.update(SANDBOX_ENV)
     os.makedirs("/tmp/matplotlib", exist_ok=True)
-    return cwd
+    return cwd, inputs_fd
 
 
-def seal(
-    *,
-    work_bytes: int,
-    memory_bytes: int,
-    cpu_seconds: int,
-    pids: int,
-    file_bytes: int,
-    open_files: int,
-    seccomp_bpf: bytes,
-    inputs_written: bool,
-) -> None:
-    """Apply the request's limits and drop every privilege; irreversible."""
-    sc.mount(None, "/work", None, sc.MS_REMOUNT | _NOSUID_NODEV, f"size={work_bytes}")
-    sc.mount(None, "/tmp", None, sc.MS_REMOUNT | _NOSUID_NODEV, f"size={work_bytes}")
-    if inputs_written:
-        sc.mount(None, "/inputs", None,
-                 sc.MS_REMOUNT | _NOSUID_NODEV | sc.MS_NOEXEC | sc.MS_RDONLY)
-    vm_size = _current_vm_bytes()
+def lock_down(*, seccomp_bpf: bytes, pids: int, file_bytes: int, open_files: int) -> None:
+    """Drop every privilege and apply the static rlimits; irreversible."""
     for limit, value in (
-        (resource.RLIMIT_AS, vm_size + memory_bytes),
-        (resource.RLIMIT_CPU, cpu_seconds),
         (resource.RLIMIT_NPROC, pids),
         (resource.RLIMIT_FSIZE, file_bytes),
         (resource.RLIMIT_NOFILE, open_files),
@@ -113,6 +115,28 @@ def seal(
     sc.drop_capabilities()
     sc.set_no_new_privs()
     sc.load_seccomp_bpf(seccomp_bpf)
+
+
+def bound_run(*, memory_bytes: int, cpu_seconds: int, pids: int, file_bytes: int,
+              open_files: int, session: bool) -> None:
+    """Lower the limits for one run (an unprivileged process may only lower them).
+
+    A session's CPU limit stays soft: its interpreter accumulates CPU time across runs, and
+    the engine's deadline, not this backstop, is what stops a run.
+    """
+    vm_size = _current_vm_bytes()
+    cpu_used = int(sum(resource.getrusage(resource.RUSAGE_SELF)[:2]))
+    for limit, value, hard_too in (
+        (resource.RLIMIT_AS, vm_size + memory_bytes, True),
+        (resource.RLIMIT_CPU, cpu_used + cpu_seconds, not session),
+        (resource.RLIMIT_NPROC, pids, True),
+        (resource.RLIMIT_FSIZE, file_bytes, True),
+        (resource.RLIMIT_NOFILE, open_files, True),
+    ):
+        _soft, hard = resource.getrlimit(limit)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(limit, (value, value if hard_too else hard))
 
 
 def _current_vm_bytes() -> int:

@@ -84,5 +84,6 @@ class WarmPool:
         self._receive.close()
 
     def statistics(self) -> PoolStatistics:
-        return PoolStatistics(self.size, self._receive.statistics().current_buffer_used,
-                              self._spawned, self._failed)
+        return PoolStatistics(
+            self.size, self._receive.statistics().current_buffer_used, self._spawned, self._failed
+        )

@@ -72,6 +72,8 @@ def runtime_paths(extra: Iterable[str] = ()) -> list[str]:
     for path in real:
         if path == "/" or any(path.startswith(f"{k}/") or path == k for k in kept):
             continue
+        if any(_under(point, path) for point in OVERLAID):
+            continue  # binding it would cover a worker's own /work, /tmp, ...
         if any(path == f"/{d}" or path.startswith(f"/{d}/") for d in _SYSTEM_DIRS):
             continue  # already inside a system bind
         kept.append(path)
@@ -85,8 +87,7 @@ def _bind_readonly(source: str, target: str) -> None:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         Path(target).touch()
     sc.mount(source, target, None, sc.MS_BIND | sc.MS_REC)
-    sc.mount(None, target, None,
-             sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | sc.MS_NOSUID)
+    sc.mount(None, target, None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | sc.MS_NOSUID)
 
 
 def _under(path: str, parent: str) -> bool:
@@ -145,10 +146,15 @@ def build_template(paths: Iterable[str]) -> tuple[str, list[tuple[str, str]]]:
     dev.mkdir(mode=0o755)
     for name in _DEVICES:
         _bind_readonly(f"/dev/{name}", str(dev / name))
-        sc.mount(None, str(dev / name), None,
-                 sc.MS_REMOUNT | sc.MS_BIND | sc.MS_NOSUID | sc.MS_NOEXEC)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        sc.mount(
+            None, str(dev / name), None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_NOSUID | sc.MS_NOEXEC
+        )
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         (dev / name).symlink_to(target)
 
     for name in _MOUNT_POINTS:

@@ -1,19 +1,21 @@
-"""The worker's main loop: announce readiness, take a request, seal, run, report.
+"""The worker's main loop: warm up, lock down, announce readiness, run requests, report.
 
 Runs inside the sandbox, in the same process as user code, so nothing here is trusted by the
-engine: it only saves the engine work (fitting display, hashing files) and the engine checks
-every frame it receives. One-shot workers serve a single request and exit; session workers
-loop until their socket closes.
+engine: it only saves the engine work (rendering display, hashing files) and the engine checks
+every frame it receives. One-shot workers serve a single request and exit; session
+interpreters loop until their socket closes.
 """
 
 from __future__ import annotations
 
+import array
 import builtins
 import hashlib
 import io
 import os
 import random
 import resource
+import socket
 import stat
 import sys
 import types
@@ -23,11 +25,14 @@ from corral.sandbox import _isolate
 from corral.sandbox._cell import Display, execute_cell
 from corral.sandbox._protocol import encode_bytes, encode_json, read_frame_sync, write_frames_sync
 
-__all__ = ["DISPLAY", "PROTOCOL_FD", "serve", "worker_main"]
+__all__ = ["DISPLAY", "PROTOCOL_FD", "StaticLimits", "serve", "worker_main"]
 
 PROTOCOL_FD = 3
-_MAX_REQUEST = 512 * 1024 * 1024  # bytes; inputs arrive as frames of their own
+_MAX_REQUEST = 64 * 1024 * 1024  # bytes; code is bounded far below this by the engine
 DISPLAY = Display()
+
+StaticLimits = dict[str, int]
+"""work_bytes, pids, file_bytes, open_files: fixed when the worker is created."""
 
 
 def _no_input(prompt: object = "") -> str:
@@ -49,29 +54,23 @@ def _rebind_stdio() -> None:
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
 
 
-def _write_inputs(inputs: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, Any]]:
+def _inputs(items: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, Any]]:
     files: dict[str, str] = {}
     assets: dict[str, Any] = {}
-    for item in inputs:
+    for item in items:
         ident = str(item["id"])
-        _, text = read_frame_sync(PROTOCOL_FD, _MAX_REQUEST)
         text_path = f"/inputs/{ident}.txt"
-        with open(text_path, "wb") as out:
-            out.write(text)
-        original_path = None
-        if item.get("original"):
-            _, original = read_frame_sync(PROTOCOL_FD, _MAX_REQUEST)
-            original_path = f"/inputs/{ident}.orig"
-            with open(original_path, "wb") as out:
-                out.write(original)
         files[ident] = text_path
-        assets[ident] = {"text": text_path, "original": original_path,
-                         "media_type": item.get("media_type", "text/plain")}
+        assets[ident] = {
+            "text": text_path,
+            "original": f"/inputs/{ident}.orig" if item.get("original") else None,
+            "media_type": item.get("media_type", "text/plain"),
+        }
     return files, assets
 
 
-def _collect_files(root: str, max_files: int, max_bytes: int) -> tuple[list[dict[str, Any]],
-                                                                        list[bytes], int]:
+def _collect_files(root: str, max_files: int,
+                   max_bytes: int) -> tuple[list[dict[str, Any]], list[bytes], int]:
     found: list[tuple[str, str]] = []
     device = os.stat(root).st_dev
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -104,32 +103,8 @@ def _usage() -> dict[str, float]:
     return {"cpu_ms": cpu * 1000.0, "peak_rss_kb": max(own.ru_maxrss, kids.ru_maxrss)}
 
 
-def _serve_one(request: dict[str, Any], namespace: dict[str, Any], cwd: str,
-               sealed: bool, seccomp_bpf: bytes, session: bool) -> None:
+def _report(request: dict[str, Any], output: Any, cwd: str, session: bool) -> list[bytes]:
     limits = request["limits"]
-    input_files, input_assets = _write_inputs(request.get("inputs", []))
-    if not sealed:
-        _isolate.seal(
-            work_bytes=int(limits["work_bytes"]), memory_bytes=int(limits["memory_bytes"]),
-            cpu_seconds=int(limits["cpu_seconds"]), pids=int(limits["pids"]),
-            file_bytes=int(limits["file_bytes"]), open_files=int(limits["open_files"]),
-            seccomp_bpf=seccomp_bpf, inputs_written=bool(input_files),
-        )
-    os.chdir(cwd)
-    namespace["input_files"] = input_files
-    namespace["input_assets"] = input_assets
-    DISPLAY.reset(int(limits["max_display"]), int(limits["display_bytes"]))
-    write_frames_sync(PROTOCOL_FD, encode_json({"t": "started"}))
-
-    def on_error(text: str) -> None:
-        sys.stderr.write(text)
-
-    output = execute_cell(str(request["code"]), namespace, DISPLAY, on_error)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
     files: list[dict[str, Any]] = []
     contents: list[bytes] = []
     files_omitted = 0
@@ -141,14 +116,62 @@ def _serve_one(request: dict[str, Any], namespace: dict[str, Any], cwd: str,
         "display": DISPLAY.bundles, "display_omitted": DISPLAY.omitted,
         "files": files, "files_omitted": files_omitted, "usage": _usage(),
     }
-    write_frames_sync(PROTOCOL_FD, encode_json(done), *(encode_bytes(c) for c in contents))
+    return [encode_json(done), *(encode_bytes(c) for c in contents)]
 
 
-def serve(*, cwd: str, session: bool, seccomp_bpf: bytes) -> None:
-    """Prepare a fresh interpreter and answer requests on the protocol fd.
+def _on_error(text: str) -> None:
+    sys.stderr.write(text)
 
-    One-shot workers answer one request; session interpreters answer until the socket closes.
-    """
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _serve_one(request: dict[str, Any], namespace: dict[str, Any], cwd: str,
+               session: bool) -> None:
+    limits = request["limits"]
+    _isolate.bound_run(memory_bytes=int(limits["memory_bytes"]),
+                       cpu_seconds=int(limits["cpu_seconds"]), pids=int(limits["pids"]),
+                       file_bytes=int(limits["file_bytes"]),
+                       open_files=int(limits["open_files"]), session=session)
+    os.chdir(cwd)
+    namespace["input_files"], namespace["input_assets"] = _inputs(request.get("inputs", []))
+    DISPLAY.reset(int(limits["max_display"]), int(limits["display_bytes"]))
+    write_frames_sync(PROTOCOL_FD, encode_json({"t": "started"}))
+    output = execute_cell(str(request["code"]), namespace, DISPLAY, _on_error)
+    _flush()
+    write_frames_sync(PROTOCOL_FD, *_report(request, output, cwd, session))
+
+
+def _warm_up(cwd: str) -> None:
+    """Walk the run path once so its copy-on-write page faults happen before a request does."""
+    scratch: dict[str, Any] = {"__builtins__": builtins}
+    output = execute_cell("_ = 1\n_", scratch, DISPLAY, _on_error)
+    request = {"limits": {"max_files": 1, "max_file_bytes": 1}}
+    _report(request, output, cwd, session=False)
+    DISPLAY.reset(DISPLAY.max_items, DISPLAY.max_bytes)
+
+
+def _send_ready(inputs_fd: int | None) -> None:
+    frame = encode_json({"t": "ready"})
+    sock = socket.socket(fileno=os.dup(PROTOCOL_FD))
+    try:
+        fds = [] if inputs_fd is None else [inputs_fd]
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+        sent = sock.sendmsg([frame], ancillary if fds else [])
+        if sent < len(frame):
+            write_frames_sync(PROTOCOL_FD, frame[sent:])
+    finally:
+        sock.close()
+
+
+def serve(*, cwd: str, session: bool, seccomp_bpf: bytes, static: StaticLimits,
+          inputs_fd: int | None) -> None:
+    """Prepare a fresh interpreter, lock it down, and answer requests on the protocol fd."""
     _reseed()
     _rebind_stdio()
     builtins.input = _no_input
@@ -156,27 +179,31 @@ def serve(*, cwd: str, session: bool, seccomp_bpf: bytes) -> None:
     sys.modules["__main__"] = main
     namespace = main.__dict__
     namespace["__builtins__"] = builtins
-    write_frames_sync(PROTOCOL_FD, encode_json({"t": "ready"}))
-    sealed = False
+    _warm_up(cwd)
+    _isolate.lock_down(seccomp_bpf=seccomp_bpf, pids=static["pids"],
+                       file_bytes=static["file_bytes"], open_files=static["open_files"])
+    _send_ready(inputs_fd)
+    if inputs_fd is not None:
+        os.close(inputs_fd)
     while True:
         try:
             _, request = read_frame_sync(PROTOCOL_FD, _MAX_REQUEST)
         except EOFError:
             return
-        _serve_one(request, namespace, cwd, sealed, seccomp_bpf, session)
-        sealed = True
+        _serve_one(request, namespace, cwd, session)
         if not session:
             return
 
 
 def worker_main(*, template: str, staged: list[tuple[str, str]], seccomp_bpf: bytes,
-                outer_uid: int, outer_gid: int) -> None:
+                outer_uid: int, outer_gid: int, static: StaticLimits) -> None:
     """Run in a freshly cloned one-shot worker; never returns."""
     status = 0
     try:
-        cwd = _isolate.enter(template=template, staged=staged, outer_uid=outer_uid,
-                             outer_gid=outer_gid)
-        serve(cwd=cwd, session=False, seccomp_bpf=seccomp_bpf)
+        cwd, inputs_fd = _isolate.enter(template=template, staged=staged, outer_uid=outer_uid,
+                                        outer_gid=outer_gid, work_bytes=static["work_bytes"])
+        serve(cwd=cwd, session=False, seccomp_bpf=seccomp_bpf, static=static,
+              inputs_fd=inputs_fd)
     except BaseException as exc:  # noqa: BLE001 - report any failure, then exit
         status = 70
         try:

@@ -61,8 +61,9 @@ async def areceive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int
     """Receive on a non-blocking socket; (None, fds) when the peer closed or failed."""
     while True:
         try:
-            data, ancdata, _flags, _addr = sock.recvmsg(MESSAGE_BYTES,
-                                                       socket.CMSG_SPACE(MAX_FDS * 4))
+            data, ancdata, _flags, _addr = sock.recvmsg(
+                MESSAGE_BYTES, socket.CMSG_SPACE(MAX_FDS * 4)
+            )
             break
         except BlockingIOError:
             try:

@@ -10,8 +10,11 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+from collections.abc import Callable
+from typing import TypeVar
 
 __all__ = [
+    "as_fs_owner",
     "CLONE_NEWIPC",
     "CLONE_NEWNET",
     "CLONE_NEWNS",
@@ -40,6 +43,8 @@ __all__ = [
     "umount",
     "unshare",
 ]
+
+T = TypeVar("T")
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -81,12 +86,22 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _pylibc = ctypes.PyDLL(None, use_errno=True)
 _pylibc.syscall.restype = ctypes.c_long
 _libc.syscall.restype = ctypes.c_long
-_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
-                        ctypes.c_char_p]
+_libc.mount.argtypes = [
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_ulong,
+    ctypes.c_char_p,
+]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                        ctypes.c_ulong]
+_libc.prctl.argtypes = [
+    ctypes.c_int,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+]
 
 
 def _nr(name: str) -> int:
@@ -120,13 +135,13 @@ def clone_namespaces(flags: int) -> int:
     return int(pid)
 
 
-def mount(source: str | None, target: str, fstype: str | None, flags: int = 0,
-          data: str | None = None) -> None:
+def mount(
+    source: str | None, target: str, fstype: str | None, flags: int = 0, data: str | None = None
+) -> None:
     def enc(value: str | None) -> bytes | None:
         return None if value is None else os.fsencode(value)
 
-    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)),
-           f"mount {target}")
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
 
 def umount(target: str, flags: int = 0) -> None:
@@ -134,8 +149,9 @@ def umount(target: str, flags: int = 0) -> None:
 
 
 def pivot_root(new_root: str, put_old: str) -> None:
-    _check(_libc.syscall(_nr("pivot_root"), os.fsencode(new_root), os.fsencode(put_old)),
-           "pivot_root")
+    _check(
+        _libc.syscall(_nr("pivot_root"), os.fsencode(new_root), os.fsencode(put_old)), "pivot_root"
+    )
 
 
 def sethostname(name: str) -> None:
@@ -168,8 +184,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 def drop_capabilities() -> None:
@@ -191,9 +210,25 @@ def load_seccomp_bpf(program: bytes) -> None:
     """Install a classic-BPF seccomp program (8 bytes per instruction); needs no_new_privs."""
     buffer = ctypes.create_string_buffer(program, len(program))
     prog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
-    _check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0),
-           "seccomp")
+    _check(
+        _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp"
+    )
 
 
 def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
+
+
+def as_fs_owner(uid: int, gid: int, action: Callable[[], T]) -> T:
+    """Run ``action`` with this thread's file-system uid and gid set to ``uid`` and ``gid``.
+
+    setfsuid/setfsgid change only the calling thread's credentials, and nothing else runs on
+    this thread until they are restored.
+    """
+    previous_gid = _libc.setfsgid(gid)
+    previous_uid = _libc.setfsuid(uid)
+    try:
+        return action()
+    finally:
+        _libc.setfsuid(previous_uid)
+        _libc.setfsgid(previous_gid)

@@ -9,6 +9,7 @@ recycled pid.
 
 from __future__ import annotations
 
+import array
 import os
 import signal
 import socket
@@ -19,7 +20,8 @@ from typing import Any, Protocol
 import anyio
 
 from corral.errors import WorkerCrashed, WorkerError, WorkerProtocolError
-from corral.sandbox._protocol import MAX_CONTROL_FRAME, FrameDecoder, encode_bytes, encode_json
+from corral.sandbox._syscalls import as_fs_owner
+from corral.sandbox._protocol import MAX_CONTROL_FRAME, FrameDecoder, encode_json
 
 __all__ = ["ExitInfo", "OutputSink", "Worker", "WorkerReport"]
 
@@ -48,9 +50,17 @@ class WorkerReport:
 class Worker:
     """A pre-isolated worker process; one-shot unless created for a session."""
 
-    def __init__(self, pid: int, pidfd: int | None, sock: socket.socket, out_fd: int,
-                 err_fd: int, *, max_file_bytes: int,
-                 signaller: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        pid: int,
+        pidfd: int | None,
+        sock: socket.socket,
+        out_fd: int,
+        err_fd: int,
+        *,
+        max_file_bytes: int,
+        signaller: Callable[[int], None] | None = None,
+    ) -> None:
         self.pid = pid
         self._pidfd = pidfd
         self._signaller = signaller
@@ -59,6 +69,7 @@ class Worker:
         self._err = err_fd
         self._decoder = FrameDecoder(max(MAX_CONTROL_FRAME, max_file_bytes))
         self._frames: list[tuple[str, Any]] = []
+        self.inputs_fd: int | None = None
         self.exited = anyio.Event()
         self.exit_info: ExitInfo | None = None
         self.killed = False
@@ -93,25 +104,70 @@ class Worker:
         return message
 
     async def wait_ready(self) -> None:
-        """Wait for the worker to finish isolating itself.
+        """Wait for the worker to finish isolating itself; keep the inputs descriptor it sends.
 
         Raises:
             WorkerCrashed: it died during set-up; the message carries what it said.
         """
-        try:
-            message = await self._next_json()
-        except WorkerCrashed as exc:
-            said: list[bytes] = []
-            with anyio.move_on_after(1):
-                await anyio.wait_readable(self._err)
+        while not self._frames:
             try:
-                said.append(os.read(self._err, 4096))
-            except OSError:
-                pass
-            detail = b"".join(said).decode(errors="replace").strip()
-            raise WorkerCrashed(f"{exc}: {detail}" if detail else str(exc)) from None
+                data, ancdata, _flags, _addr = self._sock.recvmsg(
+                    _READ_CHUNK, socket.CMSG_SPACE(4))
+            except BlockingIOError:
+                await anyio.wait_readable(self._sock)
+                continue
+            except OSError as exc:
+                raise WorkerCrashed(f"worker {self.pid} socket failed: {exc}") from exc
+            for level, kind, raw in ancdata:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS and len(raw) >= 4:
+                    fds = array.array("i")
+                    fds.frombytes(raw[: len(raw) - len(raw) % 4])
+                    for extra in fds[1:]:
+                        os.close(extra)
+                    if self.inputs_fd is None:
+                        self.inputs_fd = fds[0]
+                    else:
+                        os.close(fds[0])
+            if not data:
+                raise WorkerCrashed(await self._setup_failure())
+            self._frames.extend(self._decoder.feed(data))
+        message = await self._next_json()
         if message.get("t") != "ready":
             raise WorkerProtocolError(f"expected ready, got {message.get('t')!r}")
+
+    async def _setup_failure(self) -> str:
+        with anyio.move_on_after(1):
+            await anyio.wait_readable(self._err)
+        try:
+            said = os.read(self._err, 4096).decode(errors="replace").strip()
+        except OSError:
+            said = ""
+        base = f"worker {self.pid} exited before it was ready"
+        return f"{base}: {said}" if said else base
+
+    def write_inputs(self, files: list[tuple[str, bytes]], *, uid: int, gid: int) -> None:
+        """Create input files through the descriptor the worker handed over.
+
+        They are created as the worker's outer ``uid``/``gid`` (its tmpfs has no mapping for
+        anyone else); the worker still cannot change them, because it sees them only through
+        a read-only bind.
+        """
+        inputs_fd = self.inputs_fd
+        if inputs_fd is None:
+            raise WorkerProtocolError("this worker takes no inputs")
+
+        def write() -> None:
+            for name, data in files:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o444, dir_fd=inputs_fd)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                finally:
+                    os.close(fd)
+
+        as_fs_owner(uid, gid, write)
 
     async def _send(self, data: bytes) -> None:
         view = memoryview(data)
@@ -146,8 +202,13 @@ class Worker:
                 return
             sink.feed(data)
 
-    async def execute(self, request: dict[str, Any], blobs: list[bytes], stdout: OutputSink,
-                      stderr: OutputSink, on_started: Callable[[], None]) -> WorkerReport:
+    async def execute(
+        self,
+        request: dict[str, Any],
+        stdout: OutputSink,
+        stderr: OutputSink,
+        on_started: Callable[[], None],
+    ) -> WorkerReport:
         """Send one request and return the worker's report; output streams into the sinks.
 
         Raises:
@@ -160,7 +221,7 @@ class Worker:
             tg.start_soon(self._pump, self._out, stdout)
             tg.start_soon(self._pump, self._err, stderr)
             try:
-                report = await self._exchange(request, blobs, on_started)
+                report = await self._exchange(request, on_started)
             except WorkerError as exc:  # raised here, not from the group, to stay unwrapped
                 failure = exc
             finally:
@@ -172,9 +233,10 @@ class Worker:
         assert report is not None
         return report
 
-    async def _exchange(self, request: dict[str, Any], blobs: list[bytes],
-                        on_started: Callable[[], None]) -> WorkerReport:
-        await self._send(encode_json(request) + b"".join(encode_bytes(b) for b in blobs))
+    async def _exchange(
+        self, request: dict[str, Any], on_started: Callable[[], None]
+    ) -> WorkerReport:
+        await self._send(encode_json(request))
         started = await self._next_json()
         if started.get("t") != "started":
             raise WorkerProtocolError("expected started")
@@ -230,7 +292,7 @@ class Worker:
         self.kill()
         self.closed = True
         self._sock.close()
-        for fd in (self._out, self._err, self._pidfd):
+        for fd in (self._out, self._err, self._pidfd, self.inputs_fd):
             if fd is None:
                 continue
             try:

@@ -41,11 +41,20 @@ def _preload(modules: list[str]) -> dict[str, str]:
     return versions
 
 
-def _spawn(message: dict[str, Any], fds: list[int], ctl: socket.socket,
-           layout: tuple[str, list[tuple[str, str]]], bpf: bytes, uid: int, gid: int) -> None:
+def _spawn(
+    message: dict[str, Any],
+    fds: list[int],
+    ctl: socket.socket,
+    layout: tuple[str, list[tuple[str, str]]],
+    bpf: bytes,
+    uid: int,
+    gid: int,
+) -> None:
     from corral.sandbox import _syscalls as sc
 
     session = bool(message.get("session"))
+    static = {key: int(message["static"][key])
+              for key in ("work_bytes", "pids", "file_bytes", "open_files")}
     pid = sc.clone_namespaces(_NAMESPACES)
     if pid == 0:
         try:
@@ -63,13 +72,19 @@ def _spawn(message: dict[str, Any], fds: list[int], ctl: socket.socket,
             if session:
                 from corral.sandbox._holder import holder_main
 
-                holder_main(template=layout[0], staged=layout[1],
-                            disk_bytes=int(message["disk_bytes"]), seccomp_bpf=bpf,
-                            outer_uid=uid, outer_gid=gid)
+                holder_main(
+                    template=layout[0],
+                    staged=layout[1],
+                    disk_bytes=int(message["disk_bytes"]),
+                    seccomp_bpf=bpf,
+                    outer_uid=uid,
+                    outer_gid=gid,
+                    static=static,
+                )
             from corral.sandbox._runner import worker_main
 
-            worker_main(template=layout[0], staged=layout[1], seccomp_bpf=bpf,
-                        outer_uid=uid, outer_gid=gid)
+            worker_main(template=layout[0], staged=layout[1], seccomp_bpf=bpf, outer_uid=uid,
+                        outer_gid=gid, static=static)
         finally:
             os._exit(71)
     for fd in fds:
@@ -89,12 +104,16 @@ def _reap(ctl: socket.socket) -> None:
             return
         if pid == 0:
             return
-        _send(ctl, {
-            "t": "exit", "pid": pid,
-            "code": os.waitstatus_to_exitcode(status),
-            "cpu_ms": (usage.ru_utime + usage.ru_stime) * 1000.0,
-            "peak_rss_kb": usage.ru_maxrss,
-        })
+        _send(
+            ctl,
+            {
+                "t": "exit",
+                "pid": pid,
+                "code": os.waitstatus_to_exitcode(status),
+                "cpu_ms": (usage.ru_utime + usage.ru_stime) * 1000.0,
+                "peak_rss_kb": usage.ru_maxrss,
+            },
+        )
 
 
 def _drop_privileges(uid: int, gid: int) -> None:
