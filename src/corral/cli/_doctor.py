@@ -28,15 +28,21 @@ def doctor_command(args: argparse.Namespace) -> int:
     table.add_column("needed")
     table.add_column("detail")
     for feature in report.features:
-        status = "[green]yes[/]" if feature.available else (
-            "[red]missing[/]" if feature.required else "[yellow]no[/]")
-        table.add_row(feature.name, status, "required" if feature.required else "optional",
-                      feature.detail)
+        status = (
+            "[green]yes[/]"
+            if feature.available
+            else ("[red]missing[/]" if feature.required else "[yellow]no[/]")
+        )
+        table.add_row(
+            feature.name, status, "required" if feature.required else "optional", feature.detail
+        )
     console.print(table)
-    console.print("Workers: own user, pid, mount, network, ipc and uts namespaces; uid 1000 "
-                  "(65534 outside) with no capabilities; no_new_privs; seccomp denying "
-                  f"{len(DENIED_SYSCALLS)} syscalls; rlimits on CPU, memory, processes, file "
-                  "size and open files; a fresh tmpfs root.")
+    console.print(
+        "Workers: own user, pid, mount, network, ipc and uts namespaces; uid 1000 "
+        "(65534 outside) with no capabilities; no_new_privs; seccomp denying "
+        f"{len(DENIED_SYSCALLS)} syscalls; rlimits on CPU, memory, processes, file "
+        "size and open files; a fresh tmpfs root."
+    )
     if report.ok:
         console.print("[green]corral can isolate workers on this host.[/]")
         return EXIT_OK

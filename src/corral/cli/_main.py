@@ -18,20 +18,27 @@ EXIT_OTHER = 3
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="corral", description="A self-hosted code interpreter for LLM agents.")
+        prog="corral", description="A self-hosted code interpreter for LLM agents."
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser("run", help="run Python once in a fresh isolated worker")
     run.add_argument("file", nargs="?", help="a Python file, or - for standard input")
     run.add_argument("-c", dest="code", metavar="CODE", help="the code to run")
-    run.add_argument("--source", action="append", default=[], metavar="PATH",
-                     help="mount a file as an input (CSV, TSV, XLSX, JSON, text); repeatable")
+    run.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="mount a file as an input (CSV, TSV, XLSX, JSON, text); repeatable",
+    )
     run.add_argument("--timeout", type=float, metavar="S", help="seconds for the whole run")
     run.add_argument("--json", action="store_true", help="print the full result as JSON")
     run.add_argument("--config", metavar="FILE", help="corral.toml")
 
-    commands.add_parser("doctor", help="report the isolation features this kernel offers") \
-        .add_argument("--json", action="store_true", help="print the report as JSON")
+    commands.add_parser(
+        "doctor", help="report the isolation features this kernel offers"
+    ).add_argument("--json", action="store_true", help="print the report as JSON")
 
     serve = commands.add_parser("serve", help="serve the HTTP API")
     serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
@@ -46,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     tools = commands.add_parser("tools", help="list or call the registry's tools")
     tool_commands = tools.add_subparsers(dest="tools_command", required=True, metavar="ACTION")
     tool_commands.add_parser("list", help="list the active tools").add_argument(
-        "--config", metavar="FILE", help="corral.toml")
+        "--config", metavar="FILE", help="corral.toml"
+    )
     call = tool_commands.add_parser("call", help="call one tool and print its result as JSON")
     call.add_argument("name")
     call.add_argument("arguments", help="the arguments as a JSON object")

@@ -59,7 +59,8 @@ def _print_human(result: ExecutionResult) -> None:
         if count:
             sys.stderr.write(f"[{channel}: {count} characters omitted]\n")
     if result.outcome not in ("ok", "python_error") and not result.stderr.rstrip().endswith(
-            result.message):
+        result.message
+    ):
         sys.stderr.write(f"[{result.outcome}] {result.message}\n")
 
 

@@ -13,8 +13,9 @@ __all__ = ["mcp_command", "serve_command"]
 def serve_command(args: argparse.Namespace) -> int:
     from corral.http import serve
 
-    config = Config.load(flags={"config": args.config, "host": args.host, "port": args.port,
-                                "mode": args.mode})
+    config = Config.load(
+        flags={"config": args.config, "host": args.host, "port": args.port, "mode": args.mode}
+    )
     serve(config)
     return EXIT_OK
 

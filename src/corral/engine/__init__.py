@@ -7,7 +7,6 @@ its ExecutionResults.
 
 from corral.engine._engine import Engine, EngineStatistics
 from corral.engine._inputs import Input, RunEvent, RunEventSink
-from corral.engine._session import Session
 from corral.engine._result import (
     ErrorInfo,
     Evidence,
@@ -17,6 +16,7 @@ from corral.engine._result import (
     Omitted,
     Outcome,
 )
+from corral.engine._session import Session
 
 __all__ = [
     "Engine",

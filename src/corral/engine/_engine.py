@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import math
 import os
 import time
 from collections import Counter
@@ -13,15 +12,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import anyio
 import anyio.abc
 
 import corral
 from corral._limits import DEFAULT_LIMITS, Limits
-from corral.engine._inputs import Input, RunEvent, RunEventSink
-from corral.engine._outcome import Capture, build_result
+from corral.engine._inputs import Input, RunEventSink
+from corral.engine._job import Job, cancel_on, request_for, validate_request
+from corral.engine._outcome import build_result
 from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outcome
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
 from corral.engine._session import Session, SessionManager
@@ -128,10 +127,16 @@ class Engine:
     async def _start_zygote(self) -> None:
         assert self._tg is not None
         limits = self.limits
-        host = ZygoteHost(preload=self._preload, max_file_bytes=limits.max_file_bytes,
-                          static={"work_bytes": limits.work_bytes, "pids": limits.pids,
-                                  "file_bytes": limits.file_bytes,
-                                  "open_files": limits.open_files})
+        host = ZygoteHost(
+            preload=self._preload,
+            max_file_bytes=limits.max_file_bytes,
+            static={
+                "work_bytes": limits.work_bytes,
+                "pids": limits.pids,
+                "file_bytes": limits.file_bytes,
+                "open_files": limits.open_files,
+            },
+        )
         await host.start(self._tg)
         pool = WarmPool(host, self._pool_size)
         await pool.run(self._tg)
@@ -238,13 +243,13 @@ class Engine:
         problem = validate_request(code, inputs, limits)
         if problem:
             return self._refuse("invalid_input", problem, evidence, started)
-        job = _Job(started, limits, on_event)
+        job = Job(started, limits, on_event)
         deadline = anyio.current_time() + limits.timeout
         result: ExecutionResult | None = None
         async with anyio.create_task_group() as tg:
             with anyio.CancelScope(deadline=deadline) as scope:
                 if cancel is not None:
-                    tg.start_soon(_cancel_on, cancel, scope, job)
+                    tg.start_soon(cancel_on, cancel, scope, job)
                 try:
                     async with self._scheduler.slot(on_queued=job.queued):
                         job.admitted()
@@ -265,7 +270,7 @@ class Engine:
         return result
 
     async def _one_shot(
-        self, job: _Job, code: str, inputs: Sequence[Input], evidence: Evidence
+        self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
     ) -> ExecutionResult:
         pool = self._pool
         if pool is None:
@@ -283,7 +288,7 @@ class Engine:
     async def execute_on(
         self,
         worker: Worker,
-        job: _Job,
+        job: Job,
         code: str,
         inputs: Sequence[Input],
         evidence: Evidence,
@@ -305,7 +310,8 @@ class Engine:
                 return job.stopped("invalid_input", f"the inputs do not fit: {exc}", evidence)
         try:
             report: WorkerReport = await worker.execute(
-                request, job.capture.stdout, job.capture.stderr, job.executing)
+                request, job.capture.stdout, job.capture.stderr, job.executing
+            )
         except WorkerError as exc:
             job.drain(worker)
             logger.warning("worker %s failed: %s", worker.pid, exc)
@@ -356,6 +362,10 @@ class Engine:
             raise ZygoteUnavailable("no zygote")
         return await self._host.spawn_holder(self.session_disk_bytes)
 
+    def forget_session(self, session_id: str) -> None:
+        if self._sessions is not None:
+            self._sessions.forget(session_id)
+
     @property
     def scheduler(self) -> Scheduler:
         return self._scheduler
@@ -377,111 +387,4 @@ class Engine:
             zygote_restarts=self._restarts,
             runs_by_outcome=dict(self._outcomes),
             scheduler=sched,
-        )
-
-
-def validate_request(code: str, inputs: Sequence[Input], limits: Limits) -> str:
-    """The reason a request cannot run at all, or "" when it can."""
-    if not isinstance(code, str):
-        return "code must be a string"
-    if len(code) > limits.code_chars:
-        return f"code has {len(code)} characters; the limit is {limits.code_chars}"
-    if "\x00" in code:
-        return "code contains a NUL character"
-    if len(inputs) > limits.max_sources:
-        return f"{len(inputs)} inputs; at most {limits.max_sources} may be mounted"
-    if len({i.id for i in inputs}) != len(inputs):
-        return "input ids must be unique"
-    return ""
-
-
-def request_for(
-    code: str, inputs: Sequence[Input], limits: Limits, deadline: float
-) -> dict[str, Any]:
-    remaining = (
-        max(0.0, deadline - anyio.current_time()) if math.isfinite(deadline) else (limits.timeout)
-    )
-    return {
-        "t": "run",
-        "code": code,
-        "limits": {
-            "work_bytes": limits.work_bytes,
-            "memory_bytes": limits.memory_bytes,
-            "cpu_seconds": math.ceil(remaining) + 1,
-            "pids": limits.pids,
-            "file_bytes": limits.file_bytes,
-            "open_files": limits.open_files,
-            "max_files": limits.max_files,
-            "max_file_bytes": limits.max_file_bytes,
-            "max_display": limits.max_display,
-            "display_bytes": limits.display_bytes,
-        },
-        "inputs": [
-            {"id": i.id, "media_type": i.media_type, "original": i.original is not None}
-            for i in inputs
-        ],
-    }
-
-
-async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope, job: _Job) -> None:
-    await event.wait()
-    job.cancelled_explicitly = True
-    scope.cancel()
-
-
-class _Job:
-    """Book-keeping for one run: timing, capture and metadata-only events."""
-
-    def __init__(self, started: float, limits: Limits, on_event: RunEventSink | None) -> None:
-        self.started = started
-        self.limits = limits
-        self.capture = Capture(limits)
-        self._on_event = on_event
-        self.admitted_at: float | None = None
-        self.cancelled_explicitly = False
-        self.worker: Worker | None = None
-        self.restarted = False
-
-    def _ms(self, since: float | None = None) -> float:
-        return (time.perf_counter() - (since or self.started)) * 1000.0
-
-    def _emit(self, **fields: Any) -> None:
-        if self._on_event is not None:
-            self._on_event(RunEvent(elapsed_ms=self._ms(), **fields))
-
-    def queued(self) -> None:
-        self._emit(phase="queued")
-
-    def admitted(self) -> None:
-        self.admitted_at = time.perf_counter()
-        self._emit(phase="started")
-
-    def executing(self) -> None:
-        self._emit(phase="executing")
-
-    def timing(self) -> dict[str, Any]:
-        queued = 0.0 if self.admitted_at is None else (self.admitted_at - self.started) * 1000
-        return {"elapsed_ms": self._ms(), "queued_ms": queued, "restarted": self.restarted}
-
-    def drain(self, worker: Worker) -> None:
-        worker.kill()
-        worker.drain(self.capture.stdout, self.capture.stderr)
-
-    def stopped(self, outcome: Outcome, message: str, evidence: Evidence) -> ExecutionResult:
-        if self.worker is not None:
-            self.drain(self.worker)
-        return build_result(
-            outcome, self.capture, self.limits, message=message, evidence=evidence, **self.timing()
-        )
-
-    def finished(self, result: ExecutionResult) -> None:
-        self._emit(
-            phase="finished",
-            outcome=result.outcome,
-            stdout_chars=len(result.stdout),
-            stderr_chars=len(result.stderr),
-            result_chars=len(result.result.get("text/plain", "")) if result.result else 0,
-            omitted_chars=sum(result.omitted.values()),
-            display_count=len(result.display),
-            file_count=len(result.files),
         )

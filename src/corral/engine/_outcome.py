@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import Any, Literal
 
 from corral._limits import Limits
 from corral.engine._fit import StreamFitter, fit_channels
-from corral.engine._result import ErrorInfo, ExecutionResult, FileInfo, Omitted, Outcome
+from corral.engine._result import ErrorInfo, ExecutionResult, FileInfo, MimeBundle, Omitted, Outcome
 from corral.errors import WorkerProtocolError
 
 __all__ = ["Capture", "build_result"]
@@ -118,7 +118,7 @@ def build_result(
         limits.output_chars,
         limits.output_bytes,
     )
-    result: dict[str, Any] | str = ""
+    result: MimeBundle | Literal[""] = ""
     if result_bundle:
         html = result_bundle.get("text/html")
         result = {k: v for k, v in result_bundle.items() if k != "text/html"}
@@ -140,7 +140,7 @@ def build_result(
         display=display,
         files=files,
         omitted=omitted,
-        error=error,  # type: ignore[arg-type]
+        error=error,
         message=message,
         file_contents=file_data,
         **timing,

@@ -13,6 +13,7 @@ __all__ = [
     "ExecutionResult",
     "FileInfo",
     "InputEvidence",
+    "MimeBundle",
     "Omitted",
     "Outcome",
 ]
@@ -43,7 +44,8 @@ FAILURE_OUTCOMES: frozenset[str] = frozenset(
     }
 )
 
-MimeBundle = dict[str, str]
+MimeBundle = dict[str, Any]
+"""MIME type to value: strings, except JSON types, whose values are JSON objects."""
 
 
 class Omitted(TypedDict):

@@ -9,11 +9,12 @@ the interpreter was restarted.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -21,7 +22,8 @@ from corral._fs import FileEntry
 from corral._limits import Limits
 from corral.engine._files import SessionFiles
 from corral.engine._inputs import RunEventSink
-from corral.engine._result import ExecutionResult, FileInfo
+from corral.engine._job import Job, cancel_on, validate_request
+from corral.engine._result import Evidence, ExecutionResult, FileInfo, Outcome
 from corral.errors import Busy, SessionClosed, SessionExists, SessionNotFound, WorkerError
 
 if TYPE_CHECKING:
@@ -76,8 +78,6 @@ class Session:
             SessionClosed: the session was closed or expired.
             EngineClosed: the engine is not running.
         """
-        from corral.engine._engine import _cancel_on, _Job, validate_request
-
         self._check_open()
         self._engine._check_open()
         self.touch()
@@ -87,13 +87,13 @@ class Session:
         problem = validate_request(code, (), limits)
         if problem:
             return self._engine._refuse("invalid_input", problem, evidence, started)
-        job = _Job(started, limits, on_event)
+        job = Job(started, limits, on_event)
         result: ExecutionResult | None = None
         deadline = anyio.current_time() + limits.timeout
         async with anyio.create_task_group() as tg:
             with anyio.CancelScope(deadline=deadline) as scope:
                 if cancel is not None:
-                    tg.start_soon(_cancel_on, cancel, scope, job)
+                    tg.start_soon(cancel_on, cancel, scope, job)
                 try:
                     async with self._lock:
                         self._check_open()
@@ -110,7 +110,7 @@ class Session:
         self.touch()
         return result
 
-    async def _execute(self, job: Any, code: str, evidence: Any) -> ExecutionResult:
+    async def _execute(self, job: Job, code: str, evidence: Evidence) -> ExecutionResult:
         if self._worker is None:
             self._worker = await self._holder.start_interpreter()
         job.restarted = self._restart_note
@@ -125,15 +125,13 @@ class Session:
         with anyio.CancelScope(shield=True):
             worker, self._worker = self._worker, None
             if worker is not None:
-                try:
+                with contextlib.suppress(WorkerError):
                     await self._holder.kill_interpreter()
-                except WorkerError:
-                    pass
                 worker.close()
             self._restart_note = True
 
-    async def _stopped(self, job: Any, evidence: Any) -> ExecutionResult:
-        outcome = "cancelled" if job.cancelled_explicitly else "timeout"
+    async def _stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
+        outcome: Outcome = "cancelled" if job.cancelled_explicitly else "timeout"
         what = (
             "the run was cancelled"
             if outcome == "cancelled"
@@ -182,11 +180,9 @@ class Session:
             self._worker.close()
             self._worker = None
         self._holder.close()
-        try:
+        with contextlib.suppress(OSError):
             os.close(self._data_fd)
-        except OSError:
-            pass
-        self._engine._sessions.forget(self.id)
+        self._engine.forget_session(self.id)
 
 
 class SessionManager:

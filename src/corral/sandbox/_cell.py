@@ -93,7 +93,7 @@ def install_display(display: Display) -> None:
         import IPython.display as ipython_display
 
         display_functions.display = display
-        ipython_display.display = display  # type: ignore[assignment]
+        ipython_display.display = display
     except ImportError:
         pass
     if "matplotlib" in sys.modules:
@@ -129,14 +129,16 @@ def _split(code: str) -> tuple[types.CodeType, types.CodeType | None]:
     tree = ast.parse(code, CELL_FILENAME, "exec")
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     last: types.CodeType | None = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr) and not code.rstrip().endswith(";"):
-        expr = ast.Expression(tree.body.pop().value)
-        last = compile(expr, CELL_FILENAME, "eval", flags=flags)
+    final = tree.body[-1] if tree.body else None
+    if isinstance(final, ast.Expr) and not code.rstrip().endswith(";"):
+        tree.body.pop()
+        last = compile(ast.Expression(final.value), CELL_FILENAME, "eval", flags=flags)
     return compile(tree, CELL_FILENAME, "exec", flags=flags), last
 
 
-def _run(code: types.CodeType, namespace: dict[str, Any], mode: str) -> Any:
-    value = eval(code, namespace) if mode == "eval" else exec(code, namespace)  # noqa: S307
+def _run(code: types.CodeType, namespace: dict[str, Any]) -> Any:
+    # eval also runs "exec" code objects, and returns the coroutine of top-level await.
+    value = eval(code, namespace)  # noqa: S307
     if isinstance(value, types.CoroutineType):
         import asyncio
 
@@ -162,9 +164,9 @@ def execute_cell(
     linecache.cache[CELL_FILENAME] = (len(code), None, lines, CELL_FILENAME)
     try:
         body, last = _split(code)
-        _run(body, namespace, "exec")
+        _run(body, namespace)
         if last is not None:
-            value = _run(last, namespace, "eval")
+            value = _run(last, namespace)
             if value is not None:
                 namespace["_"] = value
                 out.result = display.bundle(value)

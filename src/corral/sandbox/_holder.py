@@ -10,6 +10,7 @@ ignores signals it has no handler for), trace it nor read its memory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
@@ -36,8 +37,9 @@ def _kill_everyone_else() -> None:
             return
 
 
-def _start_interpreter(fds: list[int], cwd: str, seccomp_bpf: bytes,
-                       static: _runner.StaticLimits) -> int:
+def _start_interpreter(
+    fds: list[int], cwd: str, seccomp_bpf: bytes, static: _runner.StaticLimits
+) -> int:
     pid = os.fork()
     if pid == 0:
         status = 0
@@ -49,14 +51,13 @@ def _start_interpreter(fds: list[int], cwd: str, seccomp_bpf: bytes,
             os.closerange(_runner.PROTOCOL_FD + 1, 1 << 20)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
-            _runner.serve(cwd=cwd, session=True, seccomp_bpf=seccomp_bpf, static=static,
-                          inputs_fd=None)
+            _runner.serve(
+                cwd=cwd, session=True, seccomp_bpf=seccomp_bpf, static=static, inputs_fd=None
+            )
         except BaseException as exc:  # noqa: BLE001 - report, then exit
             status = 70
-            try:
+            with contextlib.suppress(OSError):
                 os.write(2, f"corral interpreter failed: {type(exc).__name__}: {exc}\n".encode())
-            except OSError:
-                pass
         finally:
             os._exit(status)
     for fd in fds:
@@ -137,9 +138,7 @@ def holder_main(
                         send(control, {"t": "exited", "code": os.waitstatus_to_exitcode(code)})
     except BaseException as exc:  # noqa: BLE001 - report, then exit (the namespace goes too)
         status = 70
-        try:
+        with contextlib.suppress(OSError):
             os.write(2, f"corral session holder failed: {type(exc).__name__}: {exc}\n".encode())
-        except OSError:
-            pass
     finally:
         os._exit(status)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -139,13 +140,9 @@ class Holder:
         if self.closed:
             return
         self.closed = True
-        try:
+        with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self._ctl.close()
         for fd in (self._out, self._err, self._pidfd):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass

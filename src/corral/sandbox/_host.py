@@ -34,16 +34,27 @@ DEFAULT_PRELOAD = ("numpy", "pandas", "matplotlib")
 _START_TIMEOUT = 120.0  # seconds; the first import of pandas and matplotlib can be slow
 _SPAWN_TIMEOUT = 10.0  # seconds for the zygote to clone; it only ever forks
 _ZYGOTE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ")
+_CORRAL_PARENT = str(Path(corral.__file__).resolve().parent.parent)
 
 
 class ZygoteHost:
     """One running zygote and the workers it has spawned for us."""
 
-    def __init__(self, *, preload: tuple[str, ...] = DEFAULT_PRELOAD, uid: int = 65534,
-                 gid: int = 65534, max_file_bytes: int = 16 * 1024 * 1024,
-                 static: dict[str, int] | None = None) -> None:
-        self._static = static or {"work_bytes": 128 << 20, "pids": 64, "file_bytes": 64 << 20,
-                                  "open_files": 256}
+    def __init__(
+        self,
+        *,
+        preload: tuple[str, ...] = DEFAULT_PRELOAD,
+        uid: int = 65534,
+        gid: int = 65534,
+        max_file_bytes: int = 16 * 1024 * 1024,
+        static: dict[str, int] | None = None,
+    ) -> None:
+        self._static = static or {
+            "work_bytes": 128 << 20,
+            "pids": 64,
+            "file_bytes": 64 << 20,
+            "open_files": 256,
+        }
         self._preload = preload
         self._uid = uid
         self._gid = gid
@@ -67,26 +78,26 @@ class ZygoteHost:
         env = {k: os.environ[k] for k in _ZYGOTE_ENV_KEYS if k in os.environ}
         # Only where corral itself lives: the rest of the caller's sys.path (a script's folder,
         # say) is no business of the sandbox.
-        env["PYTHONPATH"] = str(Path(corral.__file__).resolve().parent.parent)
-        self._process = subprocess.Popen(
-            [
-                sys.executable,
-                "-I",
-                "-m",
-                "corral.sandbox._zygote",
-                "--ctl-fd",
-                str(theirs.fileno()),
-                "--preload",
-                ",".join(self._preload),
-                "--uid",
-                str(self._uid),
-                "--gid",
-                str(self._gid),
-            ],
-            pass_fds=[theirs.fileno()],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            close_fds=True,
+        env["PYTHONPATH"] = _CORRAL_PARENT
+        argv = [
+            sys.executable,
+            "-s",
+            "-P",
+            "-m",
+            "corral.sandbox._zygote",
+            "--ctl-fd",
+            str(theirs.fileno()),
+            "--preload",
+            ",".join(self._preload),
+            "--uid",
+            str(self._uid),
+            "--gid",
+            str(self._gid),
+        ]
+        self._process = await anyio.to_thread.run_sync(
+            lambda: subprocess.Popen(
+                argv, pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL, close_fds=True
+            )
         )
         theirs.close()
         ours.setblocking(False)

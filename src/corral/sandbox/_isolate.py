@@ -76,13 +76,22 @@ def enter(
     os.mkdir(staging, 0o700)
     sc.mount("inputs", staging, "tmpfs", _NOSUID_NODEV | sc.MS_NOEXEC, "mode=0755,size=256m")
     sc.mount(staging, f"{root}/inputs", None, sc.MS_BIND)
-    sc.mount(None, f"{root}/inputs", None,
-             sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | _NOSUID_NODEV | sc.MS_NOEXEC)
+    sc.mount(
+        None,
+        f"{root}/inputs",
+        None,
+        sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | _NOSUID_NODEV | sc.MS_NOEXEC,
+    )
     cwd = "/work"
     if session_disk_bytes is not None:
         # The session's files outlive interpreter restarts: they live as long as the holder.
-        sc.mount("data", f"{root}/mnt/data", "tmpfs", _NOSUID_NODEV,
-                 f"mode=0755,size={session_disk_bytes}")
+        sc.mount(
+            "data",
+            f"{root}/mnt/data",
+            "tmpfs",
+            _NOSUID_NODEV,
+            f"mode=0755,size={session_disk_bytes}",
+        )
         cwd = "/mnt/data"
     for stage, path in staged:
         # Runtime directories under /work or /tmp reappear inside the fresh file systems.
@@ -117,8 +126,15 @@ def lock_down(*, seccomp_bpf: bytes, pids: int, file_bytes: int, open_files: int
     sc.load_seccomp_bpf(seccomp_bpf)
 
 
-def bound_run(*, memory_bytes: int, cpu_seconds: int, pids: int, file_bytes: int,
-              open_files: int, session: bool) -> None:
+def bound_run(
+    *,
+    memory_bytes: int,
+    cpu_seconds: int,
+    pids: int,
+    file_bytes: int,
+    open_files: int,
+    session: bool,
+) -> None:
     """Lower the limits for one run (an unprivileged process may only lower them).
 
     A session's CPU limit stays soft: its interpreter accumulates CPU time across runs, and

@@ -17,8 +17,8 @@ from typing import Any
 from corral.errors import WorkerProtocolError
 
 __all__ = [
-    "FrameDecoder",
     "MAX_CONTROL_FRAME",
+    "FrameDecoder",
     "encode_bytes",
     "encode_json",
     "read_frame_sync",

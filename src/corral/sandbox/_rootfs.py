@@ -64,9 +64,9 @@ def runtime_paths(extra: Iterable[str] = ()) -> list[str]:
         *extra,
     }
     for entry in sys.path:
-        path = Path(entry or ".").resolve()
-        if path.is_dir() and not (path / "corral").is_dir():
-            candidates.add(str(path))
+        resolved = Path(entry or ".").resolve()
+        if resolved.is_dir() and not (resolved / "corral").is_dir():
+            candidates.add(str(resolved))
     real = sorted({os.path.realpath(p) for p in candidates if p and os.path.isdir(p)})
     kept: list[str] = []
     for path in real:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import array
 import builtins
+import contextlib
 import hashlib
 import io
 import os
@@ -47,10 +48,18 @@ def _reseed() -> None:
 
 
 def _rebind_stdio() -> None:
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
-                                  errors="backslashreplace", line_buffering=True)
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
-                                  errors="backslashreplace", line_buffering=True)
+    sys.stdout = io.TextIOWrapper(
+        io.FileIO(1, "w", closefd=False),
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+    )
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False),
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+    )
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
 
 
@@ -69,14 +78,16 @@ def _inputs(items: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, Any]
     return files, assets
 
 
-def _collect_files(root: str, max_files: int,
-                   max_bytes: int) -> tuple[list[dict[str, Any]], list[bytes], int]:
+def _collect_files(
+    root: str, max_files: int, max_bytes: int
+) -> tuple[list[dict[str, Any]], list[bytes], int]:
     found: list[tuple[str, str]] = []
     device = os.stat(root).st_dev
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         # Runtime binds (a checkout under /work, say) are other file systems: not user files.
-        dirnames[:] = sorted(d for d in dirnames
-                             if os.lstat(os.path.join(dirpath, d)).st_dev == device)
+        dirnames[:] = sorted(
+            d for d in dirnames if os.lstat(os.path.join(dirpath, d)).st_dev == device
+        )
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
             if stat.S_ISREG(os.lstat(full).st_mode):
@@ -91,8 +102,14 @@ def _collect_files(root: str, max_files: int,
         if include:
             budget -= len(data)
             contents.append(data)
-        infos.append({"path": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                      "content": include})
+        infos.append(
+            {
+                "path": rel,
+                "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "content": include,
+            }
+        )
     return infos, contents, max(0, len(found) - max_files)
 
 
@@ -110,11 +127,17 @@ def _report(request: dict[str, Any], output: Any, cwd: str, session: bool) -> li
     files_omitted = 0
     if not session:
         files, contents, files_omitted = _collect_files(
-            cwd, int(limits["max_files"]), int(limits["max_file_bytes"]))
+            cwd, int(limits["max_files"]), int(limits["max_file_bytes"])
+        )
     done = {
-        "t": "done", "result": output.result, "error": output.error,
-        "display": DISPLAY.bundles, "display_omitted": DISPLAY.omitted,
-        "files": files, "files_omitted": files_omitted, "usage": _usage(),
+        "t": "done",
+        "result": output.result,
+        "error": output.error,
+        "display": DISPLAY.bundles,
+        "display_omitted": DISPLAY.omitted,
+        "files": files,
+        "files_omitted": files_omitted,
+        "usage": _usage(),
     }
     return [encode_json(done), *(encode_bytes(c) for c in contents)]
 
@@ -125,19 +148,20 @@ def _on_error(text: str) -> None:
 
 def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
 
 
-def _serve_one(request: dict[str, Any], namespace: dict[str, Any], cwd: str,
-               session: bool) -> None:
+def _serve_one(request: dict[str, Any], namespace: dict[str, Any], cwd: str, session: bool) -> None:
     limits = request["limits"]
-    _isolate.bound_run(memory_bytes=int(limits["memory_bytes"]),
-                       cpu_seconds=int(limits["cpu_seconds"]), pids=int(limits["pids"]),
-                       file_bytes=int(limits["file_bytes"]),
-                       open_files=int(limits["open_files"]), session=session)
+    _isolate.bound_run(
+        memory_bytes=int(limits["memory_bytes"]),
+        cpu_seconds=int(limits["cpu_seconds"]),
+        pids=int(limits["pids"]),
+        file_bytes=int(limits["file_bytes"]),
+        open_files=int(limits["open_files"]),
+        session=session,
+    )
     os.chdir(cwd)
     namespace["input_files"], namespace["input_assets"] = _inputs(request.get("inputs", []))
     DISPLAY.reset(int(limits["max_display"]), int(limits["display_bytes"]))
@@ -169,8 +193,9 @@ def _send_ready(inputs_fd: int | None) -> None:
         sock.close()
 
 
-def serve(*, cwd: str, session: bool, seccomp_bpf: bytes, static: StaticLimits,
-          inputs_fd: int | None) -> None:
+def serve(
+    *, cwd: str, session: bool, seccomp_bpf: bytes, static: StaticLimits, inputs_fd: int | None
+) -> None:
     """Prepare a fresh interpreter, lock it down, and answer requests on the protocol fd."""
     _reseed()
     _rebind_stdio()
@@ -180,8 +205,12 @@ def serve(*, cwd: str, session: bool, seccomp_bpf: bytes, static: StaticLimits,
     namespace = main.__dict__
     namespace["__builtins__"] = builtins
     _warm_up(cwd)
-    _isolate.lock_down(seccomp_bpf=seccomp_bpf, pids=static["pids"],
-                       file_bytes=static["file_bytes"], open_files=static["open_files"])
+    _isolate.lock_down(
+        seccomp_bpf=seccomp_bpf,
+        pids=static["pids"],
+        file_bytes=static["file_bytes"],
+        open_files=static["open_files"],
+    )
     _send_ready(inputs_fd)
     if inputs_fd is not None:
         os.close(inputs_fd)
@@ -195,20 +224,29 @@ def serve(*, cwd: str, session: bool, seccomp_bpf: bytes, static: StaticLimits,
             return
 
 
-def worker_main(*, template: str, staged: list[tuple[str, str]], seccomp_bpf: bytes,
-                outer_uid: int, outer_gid: int, static: StaticLimits) -> None:
+def worker_main(
+    *,
+    template: str,
+    staged: list[tuple[str, str]],
+    seccomp_bpf: bytes,
+    outer_uid: int,
+    outer_gid: int,
+    static: StaticLimits,
+) -> None:
     """Run in a freshly cloned one-shot worker; never returns."""
     status = 0
     try:
-        cwd, inputs_fd = _isolate.enter(template=template, staged=staged, outer_uid=outer_uid,
-                                        outer_gid=outer_gid, work_bytes=static["work_bytes"])
-        serve(cwd=cwd, session=False, seccomp_bpf=seccomp_bpf, static=static,
-              inputs_fd=inputs_fd)
+        cwd, inputs_fd = _isolate.enter(
+            template=template,
+            staged=staged,
+            outer_uid=outer_uid,
+            outer_gid=outer_gid,
+            work_bytes=static["work_bytes"],
+        )
+        serve(cwd=cwd, session=False, seccomp_bpf=seccomp_bpf, static=static, inputs_fd=inputs_fd)
     except BaseException as exc:  # noqa: BLE001 - report any failure, then exit
         status = 70
-        try:
+        with contextlib.suppress(OSError):
             os.write(2, f"corral worker failed: {type(exc).__name__}: {exc}\n".encode())
-        except OSError:
-            pass
     finally:
         os._exit(status)

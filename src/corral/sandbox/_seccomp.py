@@ -24,7 +24,6 @@ no network interface and rlimits bound those.
 from __future__ import annotations
 
 import errno
-
 import tempfile
 
 __all__ = ["DENIED_SYSCALLS", "build_policy_bpf"]

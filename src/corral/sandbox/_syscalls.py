@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import TypeVar
 
 __all__ = [
-    "as_fs_owner",
     "CLONE_NEWIPC",
     "CLONE_NEWNET",
     "CLONE_NEWNS",
@@ -30,14 +29,15 @@ __all__ = [
     "MS_RDONLY",
     "MS_REC",
     "MS_REMOUNT",
+    "as_fs_owner",
     "clone_namespaces",
     "drop_capabilities",
     "load_seccomp_bpf",
     "mount",
     "pivot_root",
-    "set_no_new_privs",
-    "set_dumpable",
     "set_child_subreaper",
+    "set_dumpable",
+    "set_no_new_privs",
     "set_pdeathsig",
     "sethostname",
     "umount",

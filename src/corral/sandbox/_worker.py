@@ -10,6 +10,7 @@ recycled pid.
 from __future__ import annotations
 
 import array
+import contextlib
 import os
 import signal
 import socket
@@ -20,8 +21,8 @@ from typing import Any, Protocol
 import anyio
 
 from corral.errors import WorkerCrashed, WorkerError, WorkerProtocolError
-from corral.sandbox._syscalls import as_fs_owner
 from corral.sandbox._protocol import MAX_CONTROL_FRAME, FrameDecoder, encode_json
+from corral.sandbox._syscalls import as_fs_owner
 
 __all__ = ["ExitInfo", "OutputSink", "Worker", "WorkerReport"]
 
@@ -111,8 +112,7 @@ class Worker:
         """
         while not self._frames:
             try:
-                data, ancdata, _flags, _addr = self._sock.recvmsg(
-                    _READ_CHUNK, socket.CMSG_SPACE(4))
+                data, ancdata, _flags, _addr = self._sock.recvmsg(_READ_CHUNK, socket.CMSG_SPACE(4))
             except BlockingIOError:
                 await anyio.wait_readable(self._sock)
                 continue
@@ -158,12 +158,16 @@ class Worker:
 
         def write() -> None:
             for name, data in files:
-                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                             | os.O_CLOEXEC, 0o444, dir_fd=inputs_fd)
+                fd = os.open(
+                    name,
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o444,
+                    dir_fd=inputs_fd,
+                )
                 try:
                     view = memoryview(data)
                     while view:
-                        view = view[os.write(fd, view):]
+                        view = view[os.write(fd, view) :]
                 finally:
                     os.close(fd)
 
@@ -280,10 +284,8 @@ class Worker:
             if self._signaller is not None:
                 self._signaller(signum)
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self._pidfd, signum)
-        except ProcessLookupError:
-            pass
 
     def close(self) -> None:
         """Kill the worker (if alive) and release every fd; idempotent."""
@@ -295,7 +297,5 @@ class Worker:
         for fd in (self._out, self._err, self._pidfd, self.inputs_fd):
             if fd is None:
                 continue
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass

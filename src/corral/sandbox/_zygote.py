@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
-import json
 import os
 import selectors
 import signal
@@ -53,8 +52,10 @@ def _spawn(
     from corral.sandbox import _syscalls as sc
 
     session = bool(message.get("session"))
-    static = {key: int(message["static"][key])
-              for key in ("work_bytes", "pids", "file_bytes", "open_files")}
+    static = {
+        key: int(message["static"][key])
+        for key in ("work_bytes", "pids", "file_bytes", "open_files")
+    }
     pid = sc.clone_namespaces(_NAMESPACES)
     if pid == 0:
         try:
@@ -83,8 +84,14 @@ def _spawn(
                 )
             from corral.sandbox._runner import worker_main
 
-            worker_main(template=layout[0], staged=layout[1], seccomp_bpf=bpf, outer_uid=uid,
-                        outer_gid=gid, static=static)
+            worker_main(
+                template=layout[0],
+                staged=layout[1],
+                seccomp_bpf=bpf,
+                outer_uid=uid,
+                outer_gid=gid,
+                static=static,
+            )
         finally:
             os._exit(71)
     for fd in fds:
@@ -171,8 +178,8 @@ def main(argv: list[str] | None = None) -> None:
     selector.register(ctl, selectors.EVENT_READ)
     selector.register(read_end, selectors.EVENT_READ)
     while True:
-        for key, _ in selector.select():
-            if key.fileobj is ctl:
+        for ready, _events in selector.select():
+            if ready.fileobj is ctl:
                 message, fds = _recv(ctl)
                 if message is None:
                     return

@@ -1,0 +1,123 @@
+"""Book-keeping shared by one-shot runs and session runs: validation, request, timing."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from corral._limits import Limits
+from corral.engine._inputs import Input, RunEvent, RunEventSink
+from corral.engine._outcome import Capture, build_result
+from corral.engine._result import Evidence, ExecutionResult, Outcome
+from corral.sandbox import Worker
+
+__all__ = ["Job", "cancel_on", "request_for", "validate_request"]
+
+
+def validate_request(code: str, inputs: Sequence[Input], limits: Limits) -> str:
+    """The reason a request cannot run at all, or "" when it can."""
+    if len(code) > limits.code_chars:
+        return f"code has {len(code)} characters; the limit is {limits.code_chars}"
+    if "\x00" in code:
+        return "code contains a NUL character"
+    if len(inputs) > limits.max_sources:
+        return f"{len(inputs)} inputs; at most {limits.max_sources} may be mounted"
+    if len({i.id for i in inputs}) != len(inputs):
+        return "input ids must be unique"
+    return ""
+
+
+def request_for(
+    code: str, inputs: Sequence[Input], limits: Limits, deadline: float
+) -> dict[str, Any]:
+    remaining = (
+        max(0.0, deadline - anyio.current_time()) if math.isfinite(deadline) else (limits.timeout)
+    )
+    return {
+        "t": "run",
+        "code": code,
+        "limits": {
+            "work_bytes": limits.work_bytes,
+            "memory_bytes": limits.memory_bytes,
+            "cpu_seconds": math.ceil(remaining) + 1,
+            "pids": limits.pids,
+            "file_bytes": limits.file_bytes,
+            "open_files": limits.open_files,
+            "max_files": limits.max_files,
+            "max_file_bytes": limits.max_file_bytes,
+            "max_display": limits.max_display,
+            "display_bytes": limits.display_bytes,
+        },
+        "inputs": [
+            {"id": i.id, "media_type": i.media_type, "original": i.original is not None}
+            for i in inputs
+        ],
+    }
+
+
+async def cancel_on(event: anyio.Event, scope: anyio.CancelScope, job: Job) -> None:
+    await event.wait()
+    job.cancelled_explicitly = True
+    scope.cancel()
+
+
+class Job:
+    """Book-keeping for one run: timing, capture and metadata-only events."""
+
+    def __init__(self, started: float, limits: Limits, on_event: RunEventSink | None) -> None:
+        self.started = started
+        self.limits = limits
+        self.capture = Capture(limits)
+        self._on_event = on_event
+        self.admitted_at: float | None = None
+        self.cancelled_explicitly = False
+        self.worker: Worker | None = None
+        self.restarted = False
+
+    def _ms(self, since: float | None = None) -> float:
+        return (time.perf_counter() - (since or self.started)) * 1000.0
+
+    def _emit(self, **fields: Any) -> None:
+        if self._on_event is not None:
+            self._on_event(RunEvent(elapsed_ms=self._ms(), **fields))
+
+    def queued(self) -> None:
+        self._emit(phase="queued")
+
+    def admitted(self) -> None:
+        self.admitted_at = time.perf_counter()
+        self._emit(phase="started")
+
+    def executing(self) -> None:
+        self._emit(phase="executing")
+
+    def timing(self) -> dict[str, Any]:
+        queued = 0.0 if self.admitted_at is None else (self.admitted_at - self.started) * 1000
+        return {"elapsed_ms": self._ms(), "queued_ms": queued, "restarted": self.restarted}
+
+    def drain(self, worker: Worker) -> None:
+        worker.kill()
+        worker.drain(self.capture.stdout, self.capture.stderr)
+
+    def stopped(self, outcome: Outcome, message: str, evidence: Evidence) -> ExecutionResult:
+        if self.worker is not None:
+            self.drain(self.worker)
+        return build_result(
+            outcome, self.capture, self.limits, message=message, evidence=evidence, **self.timing()
+        )
+
+    def finished(self, result: ExecutionResult) -> None:
+        self._emit(
+            phase="finished",
+            outcome=result.outcome,
+            stdout_chars=len(result.stdout),
+            stderr_chars=len(result.stderr),
+            result_chars=len(result.result.get("text/plain", "")) if result.result else 0,
+            omitted_chars=sum(result.omitted.values()),
+            display_count=len(result.display),
+            file_count=len(result.files),
+        )
