@@ -26,10 +26,8 @@ _CONTROL_FD = 3
 
 
 def _kill_everyone_else() -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # nobody else left
         os.kill(-1, signal.SIGKILL)  # as init: every process of the namespace but us
-    except ProcessLookupError:
-        pass
     while True:
         try:
             os.waitpid(-1, 0)

@@ -123,10 +123,9 @@ class Holder:
 
     def _signal_interpreter(self, signum: int) -> None:
         kind = "interrupt" if signum == signal.SIGINT else "kill"
-        try:
+        # If the holder is gone, every interpreter process went with it.
+        with contextlib.suppress(OSError):
             self._ctl.send(f'{{"t": "{kind}"}}'.encode())
-        except OSError:
-            pass  # the holder is gone, and with it every interpreter process
 
     async def kill_interpreter(self) -> None:
         """Kill the interpreter and every process it started; files stay."""
