@@ -21,7 +21,15 @@ _EXPORTS: dict[str, str] = {
     "RunEvent": "corral.engine",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "DEFAULT_LIMITS",
+    "Engine",
+    "ExecutionResult",
+    "Input",
+    "Limits",
+    "RunEvent",
+    "__version__",
+]
 
 if TYPE_CHECKING:
     from corral._limits import DEFAULT_LIMITS, Limits
