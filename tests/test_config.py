@@ -1,0 +1,174 @@
+"""corral._config: one Config from corral.toml, the environment and flags."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from corral._config import ApiKey, Config
+from corral.errors import ConfigError
+
+TOML = """
+[server]
+host = "0.0.0.0"
+port = 9000
+data_dir = "/srv/corral"
+max_sessions_per_key = 4
+
+[server.access]
+create_code_app_roles = ["coder"]
+
+[[server.api_keys]]
+key = "k1"
+user = "alice"
+roles = ["coder", "admin"]
+
+[[server.api_keys]]
+key = "app"
+user = "quickapps"
+per_request = true
+
+[engine]
+capacity = 3
+timeout = 12.5
+
+[container]
+session_id = "dep-1"
+
+[mistral]
+api_key_env = "X"
+"""
+
+
+@pytest.fixture
+def toml_file(tmp_path: Path) -> Path:
+    path = tmp_path / "corral.toml"
+    path.write_text(TOML)
+    return path
+
+
+def test_defaults_without_file_or_environment(tmp_path: Path) -> None:
+    config = Config.load(environ={"HOME": str(tmp_path)})
+    assert config.mode == "gateway"
+    assert (config.bind_host, config.bind_port) == ("127.0.0.1", 8000)
+    assert config.data_dir == tmp_path / ".local/share/corral"
+    assert config.api_keys == ()
+    assert config.create_code_app_roles is None
+    assert config.upload_max_size == 536870912
+    assert config.timeout == 60.0
+    assert config.session_idle_timeout == 600.0
+    assert config.session_id is None
+    assert config.raw_toml == {}
+    assert config.limits() == config.limits().replace(timeout=60.0)
+
+
+def test_container_mode_defaults_to_dial_address() -> None:
+    config = Config.load(flags={"mode": "container"}, environ={})
+    assert (config.bind_host, config.bind_port) == ("0.0.0.0", 8080)
+    assert config.mount_folder == Path("/mnt/data")
+
+
+def test_file_is_read_and_raw_tables_kept(toml_file: Path) -> None:
+    config = Config.load(flags={"config": str(toml_file)}, environ={})
+    assert config.host == "0.0.0.0"
+    assert config.port == 9000
+    assert config.data_dir == Path("/srv/corral")
+    assert config.max_sessions_per_key == 4
+    assert config.create_code_app_roles == ("coder",)
+    assert config.api_keys == (
+        ApiKey(key="k1", user="alice", roles=("coder", "admin")),
+        ApiKey(key="app", user="quickapps", per_request=True),
+    )
+    assert config.capacity == 3
+    assert config.limits().timeout == 12.5
+    assert config.session_id == "dep-1"
+    assert config.raw_toml["mistral"] == {"api_key_env": "X"}
+    assert "k1" not in repr(config.api_keys[0])
+
+
+def test_flag_beats_env_beats_file(toml_file: Path) -> None:
+    env = {"CORRAL_CONFIG": str(toml_file), "CORRAL_PORT": "9100", "CORRAL_TIMEOUT": "3"}
+    config = Config.load(environ=env)
+    assert (config.port, config.timeout, config.host) == (9100, 3.0, "0.0.0.0")
+    config = Config.load(flags={"port": 9200, "host": None}, environ=env)
+    assert (config.port, config.host) == (9200, "0.0.0.0")
+
+
+def test_environment_forms() -> None:
+    env = {
+        "CORRAL_API_KEYS": "k1:alice:coder|admin, k2:bob,",
+        "CORRAL_CREATE_CODE_APP_ROLES": "",
+        "CORRAL_CAPACITY": "auto",
+        "UPLOAD_MAX_SIZE": "1_000",
+        "SESSION_ID": "abc",
+        "MOUNT_FOLDER": "rel/folder",
+        "LOG_LEVEL": "debug",
+    }
+    config = Config.load(environ=env)
+    assert config.api_keys == (
+        ApiKey(key="k1", user="alice", roles=("coder", "admin")),
+        ApiKey(key="k2", user="bob"),
+    )
+    assert config.create_code_app_roles == ()
+    assert config.capacity is None
+    assert config.upload_max_size == 1000
+    assert config.session_id == "abc"
+    assert config.mount_folder == Path("/mnt/data") / "rel/folder"
+    assert config.log_level == "debug"
+
+
+@pytest.mark.parametrize(
+    ("env", "text"),
+    [
+        ({"CORRAL_PORTT": "1"}, "CORRAL_PORTT"),
+        ({"CORRAL_PORT": "eighty"}, "CORRAL_PORT"),
+        ({"CORRAL_PORT": "70000"}, "port"),
+        ({"CORRAL_MODE": "both"}, "mode"),
+        ({"CORRAL_TIMEOUT": "0"}, "timeout"),
+        ({"CORRAL_TIMEOUT": "inf"}, "timeout"),
+        ({"CORRAL_API_KEYS": "lonely"}, "key:user"),
+        ({"CORRAL_API_KEYS": "a:x,a:y"}, "twice"),
+        ({"CORRAL_CONFIG": "/nonexistent/corral.toml"}, "cannot read"),
+    ],
+)
+def test_bad_environment_is_a_config_error(env: dict[str, str], text: str) -> None:
+    with pytest.raises(ConfigError, match=text):
+        Config.load(environ=env)
+
+
+@pytest.mark.parametrize(
+    ("toml", "text"),
+    [
+        ("[server]\nprot = 1\n", "prot"),
+        ("[server]\nport = '80'\n", "server.port"),
+        ("[server]\nport = true\n", "server.port"),
+        ("[engine]\ntimeout = 'soon'\n", "engine.timeout"),
+        ("server = 3\n", r"\[server\]"),
+        ("[[server.api_keys]]\nkey = 'k'\n", "string"),
+        ("[[server.api_keys]]\nkey = 'k'\nuser = 'u'\nrole = ['x']\n", "takes key"),
+        ("[server.access]\ncreate_code_app_roles = 'admin'\n", "create_code_app_roles"),
+        ("not toml [", "corral.toml"),
+    ],
+)
+def test_bad_file_is_a_config_error(tmp_path: Path, toml: str, text: str) -> None:
+    path = tmp_path / "corral.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError, match=text):
+        Config.load(flags={"config": path}, environ={})
+
+
+def test_unknown_flag_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="verbose"):
+        Config.load(flags={"verbose": True}, environ={})
+
+
+def test_every_field_has_a_docstring_and_a_source() -> None:
+    from corral import _config
+
+    source = Path(_config.__file__).read_text()
+    for field in dataclasses.fields(Config):
+        assert f"    {field.name}: " in source
+        if field.name != "raw_toml":
+            assert field.name in _config._FIELDS

@@ -1,0 +1,215 @@
+"""Confinement of corral._fs: no operation ever leaves the root through a link or ``..``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from corral import _fs
+from corral.errors import FileTooLarge, InvalidPath
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    folder = tmp_path / "root"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    sibling = tmp_path / "root2"
+    sibling.mkdir()
+    (sibling / "secret.txt").write_bytes(b"secret")
+    return sibling
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run each test with openat2 and with the O_NOFOLLOW walk that replaces it."""
+    if request.param == "walk":
+        monkeypatch.setattr(_fs._openat2, "available", False)
+    elif not _fs._openat2.available:
+        pytest.skip("this kernel has no openat2")
+    return str(request.param)
+
+
+@pytest.mark.parametrize("text", ["", ".", "/etc/passwd", "../x", "a/../../x", "a/..", "a\0b", "/"])
+def test_validate_relpath_rejects(text: str) -> None:
+    with pytest.raises(InvalidPath):
+        _fs.validate_relpath(text)
+
+
+def test_validate_relpath_normalises_dots_and_slashes() -> None:
+    assert str(_fs.validate_relpath("./a//b/./c.txt")) == "a/b/c.txt"
+    assert str(_fs.validate_relpath("back\\slash")) == "back\\slash"
+
+
+@pytest.mark.usefixtures("resolver")
+def test_round_trip_list_stat_delete(root: Path) -> None:
+    assert _fs.write_atomic(root, "sub/dir/a.csv", b"1,2\n") == 4
+    assert _fs.write_atomic(root, "b.txt", iter([b"he", b"llo"])) == 5
+    assert _fs.read_bytes(root, "sub/dir/a.csv") == b"1,2\n"
+    assert _fs.list_files(root) == [("b.txt", 5), ("sub/dir/a.csv", 4)]
+    assert _fs.stat(root, "b.txt").st_size == 5
+    assert _fs.disk_usage(root) > 0
+    _fs.delete(root, "b.txt")
+    with pytest.raises(FileNotFoundError):
+        _fs.read_bytes(root, "b.txt")
+    with pytest.raises(FileNotFoundError):
+        _fs.delete(root, "b.txt")
+    with pytest.raises(IsADirectoryError):
+        _fs.delete(root, "sub")
+
+
+@pytest.mark.usefixtures("resolver")
+def test_links_to_outside_are_never_followed(root: Path, outside: Path) -> None:
+    (root / "passwd").symlink_to("/etc/passwd")
+    (root / "sibling").symlink_to(outside)
+    (root / "broken").symlink_to(root / "nowhere")
+    (root / "inside").symlink_to("real.txt")
+    (root / "real.txt").write_bytes(b"real")
+    for rel in ("passwd", "sibling/secret.txt", "broken", "inside"):
+        with pytest.raises(InvalidPath):
+            _fs.read_bytes(root, rel)
+    with pytest.raises(InvalidPath):
+        _fs.write_atomic(root, "sibling/new.txt", b"x")
+    with pytest.raises(InvalidPath):
+        _fs.delete(root, "sibling/secret.txt")
+    assert not (outside / "new.txt").exists()
+    assert (outside / "secret.txt").read_bytes() == b"secret"
+    assert _fs.list_files(root) == [("real.txt", 4)]
+
+
+@pytest.mark.usefixtures("resolver")
+def test_writing_onto_a_link_replaces_the_link_not_its_target(root: Path, outside: Path) -> None:
+    (root / "s").symlink_to(outside / "secret.txt")
+    _fs.write_atomic(root, "s", b"mine")
+    assert (outside / "secret.txt").read_bytes() == b"secret"
+    assert not (root / "s").is_symlink()
+    assert (root / "s").read_bytes() == b"mine"
+    (root / "l").symlink_to(outside / "secret.txt")
+    _fs.delete(root, "l")
+    assert (outside / "secret.txt").exists()
+    assert not (root / "l").exists()
+
+
+@pytest.mark.usefixtures("resolver")
+def test_non_regular_files_read_as_missing(root: Path) -> None:
+    os.mkfifo(root / "fifo")
+    (root / "dir").mkdir()
+    (root / "file").write_bytes(b"f")
+    for rel in ("fifo", "dir", "file/under", "nope"):
+        with pytest.raises(FileNotFoundError):
+            _fs.read_bytes(root, rel)
+    assert _fs.list_files(root) == [("file", 1)]
+
+
+@pytest.mark.usefixtures("resolver")
+def test_writes_through_a_file_or_onto_a_folder_are_invalid(root: Path) -> None:
+    (root / "file").write_bytes(b"f")
+    (root / "dir").mkdir()
+    with pytest.raises(InvalidPath):
+        _fs.write_atomic(root, "file/under", b"x")
+    with pytest.raises(InvalidPath):
+        _fs.write_atomic(root, "dir", b"x")
+    with pytest.raises(FileNotFoundError):
+        _fs.write_atomic(root, "missing/x", b"x", mkdirs=False)
+    assert _fs.list_files(root) == [("file", 1)]
+    assert sorted(p.name for p in root.iterdir()) == ["dir", "file"]
+
+
+@pytest.mark.usefixtures("resolver")
+def test_failed_write_keeps_the_old_file_and_leaves_nothing(root: Path) -> None:
+    _fs.write_atomic(root, "a.bin", b"old")
+
+    def chunks() -> Iterator[bytes]:
+        yield b"new"
+        raise RuntimeError("client went away")
+
+    with pytest.raises(RuntimeError):
+        _fs.write_atomic(root, "a.bin", chunks())
+    with pytest.raises(FileTooLarge):
+        _fs.write_atomic(root, "a.bin", [b"1234", b"5678"], max_bytes=6)
+    assert _fs.read_bytes(root, "a.bin") == b"old"
+    assert [p.name for p in root.iterdir()] == ["a.bin"]
+    with pytest.raises(FileTooLarge):
+        _fs.read_bytes(root, "a.bin", max_bytes=2)
+
+
+def test_named_temporary_files_are_hidden_and_removed(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_fs, "_O_TMPFILE", 0)
+    with _fs.AtomicWriter(root, "x.txt") as writer:
+        writer.write(b"partial")
+        assert _fs.list_files(root) == []
+        assert any(p.name.startswith(_fs.TEMP_PREFIX) for p in root.iterdir())
+    assert list(root.iterdir()) == []
+    with _fs.AtomicWriter(root, "x.txt") as writer:
+        writer.write(b"whole")
+        writer.commit()
+    assert [p.name for p in root.iterdir()] == ["x.txt"]
+
+
+@pytest.mark.usefixtures("resolver")
+def test_listing_never_descends_into_linked_folders(root: Path, outside: Path) -> None:
+    (root / "d").mkdir()
+    (root / "d" / "in.txt").write_bytes(b"in")
+    (root / "d" / "up").symlink_to(root)
+    (root / "out").symlink_to(outside)
+    assert _fs.list_files(root) == [("d/in.txt", 2)]
+    assert _fs.disk_usage(root) < 1024 * 1024
+
+
+@pytest.mark.usefixtures("resolver")
+def test_folder_swapped_for_a_link_after_validation(root: Path, outside: Path) -> None:
+    (root / "d").mkdir()
+    (root / "d" / "secret.txt").write_bytes(b"mine")
+    rel = _fs.validate_relpath("d/secret.txt")
+    (root / "d" / "secret.txt").unlink()
+    (root / "d").rmdir()
+    (root / "d").symlink_to(outside)
+    with pytest.raises(InvalidPath):
+        _fs.read_bytes(root, rel)
+    with pytest.raises(InvalidPath):
+        _fs.write_atomic(root, rel, b"x")
+    assert (outside / "secret.txt").read_bytes() == b"secret"
+
+
+@pytest.mark.usefixtures("resolver")
+def test_racing_swaps_never_expose_outside_bytes(root: Path, outside: Path) -> None:
+    """A thread flips ``d`` between a folder and a link to outside while we read and write."""
+    (root / "d").mkdir()
+    (root / "d" / "secret.txt").write_bytes(b"mine")
+    (root / "l").symlink_to(outside)
+    stop = threading.Event()
+
+    def flip() -> None:
+        while not stop.is_set():
+            os.rename(root / "d", root / "t")
+            os.rename(root / "l", root / "d")
+            os.rename(root / "d", root / "l")
+            os.rename(root / "t", root / "d")
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    try:
+        for _ in range(2000):
+            with contextlib.suppress(InvalidPath, FileNotFoundError):
+                assert _fs.read_bytes(root, "d/secret.txt") == b"mine"
+            with contextlib.suppress(InvalidPath, FileNotFoundError):
+                _fs.write_atomic(root, "d/new.txt", b"x", mkdirs=False)
+            listed = dict(_fs.list_files(root))
+            assert listed.get("d/secret.txt", 4) == 4
+            assert listed.get("t/secret.txt", 4) == 4
+    finally:
+        stop.set()
+        flipper.join()
+    assert (outside / "secret.txt").read_bytes() == b"secret"
+    assert not (outside / "new.txt").exists()
