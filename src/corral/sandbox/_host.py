@@ -117,7 +117,8 @@ class ZygoteHost:
         raise ZygoteUnavailable("the zygote did not start in time")
 
     async def _receive(self) -> tuple[dict[str, Any] | None, list[int]]:
-        assert self._ctl is not None
+        if self._ctl is None:  # closed while the reader was between messages
+            return None, []
         return await areceive(self._ctl)
 
     async def _read_loop(self) -> None:
