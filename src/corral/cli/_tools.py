@@ -18,7 +18,13 @@ import anyio
 from corral._config import Config
 from corral.cli._main import EXIT_INVALID, EXIT_OK, EXIT_PYTHON_ERROR
 from corral.engine import Engine
-from corral.mistral import MistralClient, MistralSettings, register_mistral_tools, run_chat
+from corral.mistral import (
+    DEFAULT_CHAT_MODEL,
+    MistralClient,
+    MistralSettings,
+    register_mistral_tools,
+    run_chat,
+)
 from corral.tools import (
     Invocation,
     ToolContext,
