@@ -102,8 +102,12 @@ async def _chat(config: Config, model: str | None) -> int:
             async def read(prompt: str) -> str | None:
                 return await anyio.to_thread.run_sync(_read_line, prompt)
 
-            options = {} if model is None else {"model": model}
             await run_chat(
-                registry, client, input_fn=read, output_fn=print, context=context, **options
+                registry,
+                client,
+                input_fn=read,
+                output_fn=print,
+                context=context,
+                model=model or DEFAULT_CHAT_MODEL,
             )
     return EXIT_OK
