@@ -115,7 +115,7 @@ def test_environment_forms() -> None:
     assert config.capacity is None
     assert config.upload_max_size == 1000
     assert config.session_id == "abc"
-    assert config.mount_folder == Path("/mnt/data") / "rel/folder"
+    assert config.mount_folder == Path.cwd() / "rel/folder"
     assert config.log_level == "debug"
 
 

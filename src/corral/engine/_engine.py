@@ -204,10 +204,10 @@ class Engine:
             limits=limits.as_dict(),
         )
 
-    def _refuse(
+    def refuse(
         self, outcome: Outcome, message: str, evidence: Evidence, started: float
     ) -> ExecutionResult:
-        self._outcomes[outcome] += 1
+        """A result for a run that never reached a worker (not yet counted)."""
         return ExecutionResult(
             outcome=outcome,
             message=message,
@@ -242,21 +242,26 @@ class Engine:
         evidence = self.evidence(code, inputs, limits)
         problem = validate_request(code, inputs, limits)
         if problem:
-            return self._refuse("invalid_input", problem, evidence, started)
+            self._outcomes["invalid_input"] += 1
+            return self.refuse("invalid_input", problem, evidence, started)
         job = Job(started, limits, on_event)
         deadline = anyio.current_time() + limits.timeout
         result: ExecutionResult | None = None
-        async with anyio.create_task_group() as tg:
-            with anyio.CancelScope(deadline=deadline) as scope:
-                if cancel is not None:
-                    tg.start_soon(cancel_on, cancel, scope, job)
-                try:
-                    async with self._scheduler.slot(on_queued=job.queued):
-                        job.admitted()
-                        result = await self._one_shot(job, code, inputs, evidence)
-                except Busy as exc:
-                    result = self._refuse("busy", str(exc), evidence, started)
-            tg.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as tg:
+                with anyio.CancelScope(deadline=deadline) as scope:
+                    if cancel is not None:
+                        tg.start_soon(cancel_on, cancel, scope, job)
+                    try:
+                        async with self._scheduler.slot(on_queued=job.queued):
+                            job.admitted()
+                            result = await self._one_shot(job, code, inputs, evidence)
+                    except Busy as exc:
+                        result = self.refuse("busy", str(exc), evidence, started)
+                tg.cancel_scope.cancel()
+        except anyio.get_cancelled_exc_class():
+            self._outcomes["cancelled"] += 1  # the caller's own scope: it gets no result
+            raise
         if result is None:
             outcome: Outcome = "cancelled" if job.cancelled_explicitly else "timeout"
             message = (
@@ -272,13 +277,25 @@ class Engine:
     async def _one_shot(
         self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
     ) -> ExecutionResult:
-        pool = self._pool
-        if pool is None:
+        pool, host = self._pool, self._host
+        if pool is None or host is None:
             raise EngineClosed("the engine has no worker pool")
         try:
-            worker = await pool.take()
+            if job.limits.work_bytes == self.limits.work_bytes:
+                worker = await pool.take()
+            else:
+                # The size of /work is fixed when a worker is made: pooled ones have the
+                # engine's, so another size costs a worker of its own.
+                worker = await host.spawn(work_bytes=job.limits.work_bytes)
+                try:
+                    await worker.wait_ready()
+                except BaseException:
+                    worker.close()
+                    raise
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             return job.stopped("worker_error", "the zygote restarted; try again", evidence)
+        except WorkerError as exc:
+            return job.stopped("worker_error", f"no worker could be started: {exc}", evidence)
         try:
             return await self.execute_on(worker, job, code, inputs, evidence, session=False)
         finally:

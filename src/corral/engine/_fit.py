@@ -16,6 +16,8 @@ __all__ = ["StreamFitter", "fit_channels", "marker", "render"]
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _PARTIAL_ESCAPE_MAX = 64  # characters an unterminated escape may carry over between chunks
+# What a chunk may end with that could still become one escape sequence with the next chunk.
+_ESCAPE_PREFIX = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?)?")
 
 
 def marker(omitted: int) -> str:
@@ -34,6 +36,7 @@ class StreamFitter:
         self._tail = ""
         self._dropped = 0
         self._carry = ""
+        self._last = "\n"
         self.total = 0
 
     def feed(self, data: bytes) -> None:
@@ -42,18 +45,24 @@ class StreamFitter:
     def feed_text(self, text: str) -> None:
         self._text(text)
 
+    def append_line(self, line: str) -> None:
+        """Add ``line`` on a line of its own after whatever came before; ends the stream."""
+        self._text(self._decoder.decode(b"", final=True))
+        self._text(("" if self._last == "\n" else "\n") + line + "\n")
+
     def _text(self, text: str, final: bool = False) -> None:
         text = self._carry + text
         self._carry = ""
         escape = text.rfind("\x1b")
         if not final and escape != -1 and len(text) - escape <= _PARTIAL_ESCAPE_MAX:
             candidate = text[escape:]
-            if not _ANSI.match(candidate):
+            if _ESCAPE_PREFIX.fullmatch(candidate):
                 self._carry = candidate
                 text = text[:escape]
         text = _ANSI.sub("", text)
         if not text:
             return
+        self._last = text[-1]
         self.total += len(text)
         room = self._head_cap - self._head_len
         if room > 0:

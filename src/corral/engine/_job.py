@@ -96,7 +96,9 @@ class Job:
         self._emit(phase="executing")
 
     def timing(self) -> dict[str, Any]:
-        queued = 0.0 if self.admitted_at is None else (self.admitted_at - self.started) * 1000
+        # A run that never left the queue spent all of its time there.
+        admitted = time.perf_counter() if self.admitted_at is None else self.admitted_at
+        queued = (admitted - self.started) * 1000
         return {"elapsed_ms": self._ms(), "queued_ms": queued, "restarted": self.restarted}
 
     def drain(self, worker: Worker) -> None:

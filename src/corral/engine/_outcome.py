@@ -109,6 +109,10 @@ def build_result(
                 timing.setdefault("peak_rss_kb", rss)
         if error is not None and outcome == "ok":
             outcome = "memory_limit" if error.type == "MemoryError" else "python_error"
+    if message and outcome not in ("ok", "python_error"):
+        # A model reading only stderr must still tell a timeout from a silent failure; fed as
+        # output, the note lands in the kept tail and within both bounds.
+        capture.stderr.append_line(f"[corral] {message}")
     fitted = fit_channels(
         {
             "stdout": capture.stdout.finish(),
@@ -129,9 +133,6 @@ def build_result(
         stdout=fitted["stdout"][1], stderr=fitted["stderr"][1], result=fitted["result"][1]
     )
     stderr = fitted["stderr"][0]
-    if message and outcome not in ("ok", "python_error"):
-        # A model reading only stderr must still tell a timeout from a silent failure.
-        stderr += ("" if not stderr or stderr.endswith("\n") else "\n") + f"[corral] {message}\n"
     return ExecutionResult(
         outcome=outcome,
         stdout=fitted["stdout"][0],

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
+import anyio.lowlevel
 
 from corral.errors import Busy
 
@@ -116,6 +117,8 @@ class Scheduler:
                 on_queued()
             try:
                 await waiter.event.wait()
+                # Granted and cancelled in the same tick: never enter the body.
+                await anyio.lowlevel.checkpoint_if_cancelled()
             except BaseException:
                 if waiter.granted:
                     self._release()

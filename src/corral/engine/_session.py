@@ -86,7 +86,8 @@ class Session:
         evidence = self._engine.evidence(code, (), limits)
         problem = validate_request(code, (), limits)
         if problem:
-            return self._engine._refuse("invalid_input", problem, evidence, started)
+            self._engine.count_outcome("invalid_input")
+            return self._engine.refuse("invalid_input", problem, evidence, started)
         job = Job(started, limits, on_event)
         result: ExecutionResult | None = None
         deadline = anyio.current_time() + limits.timeout
@@ -101,7 +102,7 @@ class Session:
                             job.admitted()
                             result = await self._execute(job, code, evidence)
                 except Busy as exc:
-                    result = self._engine._refuse("busy", str(exc), evidence, started)
+                    result = self._engine.refuse("busy", str(exc), evidence, started)
             tg.cancel_scope.cancel()
         if result is None:
             result = await self._stopped(job, evidence)

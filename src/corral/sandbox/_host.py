@@ -23,6 +23,7 @@ import anyio.abc
 import corral
 from corral.errors import IsolationError, ZygoteUnavailable
 from corral.sandbox._holder_client import Holder
+from corral.sandbox._isolate import SANDBOX_ENV
 from corral.sandbox._seqpacket import areceive, asend
 from corral.sandbox._worker import ExitInfo, Worker
 
@@ -33,7 +34,12 @@ logger = logging.getLogger("corral.sandbox")
 DEFAULT_PRELOAD = ("numpy", "pandas", "matplotlib")
 _START_TIMEOUT = 120.0  # seconds; the first import of pandas and matplotlib can be slow
 _SPAWN_TIMEOUT = 10.0  # seconds for the zygote to clone; it only ever forks
-_ZYGOTE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ")
+# Only where corral itself lives joins the zygote's path: the rest of the caller's sys.path
+# (a script's folder, say) is no business of the sandbox.
+_BOOTSTRAP = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "from corral.sandbox._zygote import main; main(sys.argv[1:])"
+)
 _CORRAL_PARENT = str(Path(corral.__file__).resolve().parent.parent)
 
 
@@ -75,16 +81,16 @@ class ZygoteHost:
             ZygoteUnavailable: it died or did not answer in time.
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {k: os.environ[k] for k in _ZYGOTE_ENV_KEYS if k in os.environ}
-        # Only where corral itself lives: the rest of the caller's sys.path (a script's folder,
-        # say) is no business of the sandbox.
-        env["PYTHONPATH"] = _CORRAL_PARENT
+        # Workers are forks of the zygote, and /proc/self/environ shows the block it was
+        # started with: it gets the sandbox's environment and nothing of the server's.
+        env = dict(SANDBOX_ENV)
         argv = [
             sys.executable,
             "-s",
             "-P",
-            "-m",
-            "corral.sandbox._zygote",
+            "-c",
+            _BOOTSTRAP,
+            _CORRAL_PARENT,
             "--ctl-fd",
             str(theirs.fileno()),
             "--preload",
@@ -95,8 +101,14 @@ class ZygoteHost:
             str(self._gid),
         ]
         self._process = await anyio.to_thread.run_sync(
+            # Its own session: a terminal's Ctrl-C is for the server, which stops the zygote.
             lambda: subprocess.Popen(
-                argv, pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL, close_fds=True
+                argv,
+                pass_fds=[theirs.fileno()],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
+                start_new_session=True,
             )
         )
         theirs.close()
@@ -194,13 +206,17 @@ class ZygoteHost:
             self._pending.pop(ident, None)
         return int(box[0]), int(box[1]), ours, out_r, err_r
 
-    async def spawn(self) -> Worker:
+    async def spawn(self, *, work_bytes: int | None = None) -> Worker:
         """Clone a new one-shot worker; it is isolated but may still be starting up.
+
+        Args:
+            work_bytes: size of its /work and /tmp when not the pool's (fixed at creation).
 
         Raises:
             ZygoteUnavailable: the zygote is gone or did not answer.
         """
-        pid, pidfd, sock, out_r, err_r = await self._clone({}, socket.SOCK_STREAM)
+        extra = {} if work_bytes is None else {"static": {**self._static, "work_bytes": work_bytes}}
+        pid, pidfd, sock, out_r, err_r = await self._clone(extra, socket.SOCK_STREAM)
         worker = Worker(pid, pidfd, sock, out_r, err_r, max_file_bytes=self._max_file_bytes)
         self._workers[worker.pid] = worker
         return worker

@@ -83,7 +83,10 @@ def enter(
         sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | _NOSUID_NODEV | sc.MS_NOEXEC,
     )
     cwd = "/work"
-    if session_disk_bytes is not None:
+    if session_disk_bytes is None:
+        # DIAL code writes to /mnt/data; in a one-shot run that is the same fresh /work.
+        sc.mount(f"{root}/work", f"{root}/mnt/data", None, sc.MS_BIND)
+    else:
         # The session's files outlive interpreter restarts: they live as long as the holder.
         sc.mount(
             "data",

@@ -9,9 +9,9 @@ bound is a protocol error, never a crash.
 
 from __future__ import annotations
 
-import json
 import os
 import struct
+from json import JSONEncoder, loads
 from typing import Any
 
 from corral.errors import WorkerProtocolError
@@ -26,12 +26,14 @@ __all__ = [
 ]
 
 _HEADER = struct.Struct(">IB")
+# Bound once, at import: user code shares the worker's modules and may replace json.dumps.
+_encode = JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 MAX_CONTROL_FRAME = 4 * 1024 * 1024
 """Bytes; JSON frames from a worker carry fitted output and metadata, never file contents."""
 
 
 def encode_json(message: dict[str, Any]) -> bytes:
-    payload = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+    payload = _encode(message).encode()
     return _HEADER.pack(len(payload), ord("J")) + payload
 
 
@@ -73,7 +75,7 @@ def _decode(kind: str, payload: bytes) -> tuple[str, Any]:
     if kind != "J":
         raise WorkerProtocolError(f"unknown frame kind {kind!r}")
     try:
-        message = json.loads(payload)
+        message = loads(payload)
     except (UnicodeDecodeError, ValueError) as exc:
         raise WorkerProtocolError(f"malformed JSON frame: {exc}") from None
     if not isinstance(message, dict):

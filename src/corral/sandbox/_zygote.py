@@ -180,7 +180,10 @@ def main(argv: list[str] | None = None) -> None:
     while True:
         for ready, _events in selector.select():
             if ready.fileobj is ctl:
-                message, fds = _recv(ctl)
+                try:
+                    message, fds = _recv(ctl)
+                except ConnectionResetError:
+                    return  # the engine went away: so do we, and our workers with us
                 if message is None:
                     return
                 if message.get("t") == "spawn":

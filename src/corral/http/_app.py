@@ -1,0 +1,62 @@
+"""``create_app``: the one place where the HTTP pieces are wired together."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+import corral
+from corral._config import Config
+from corral.errors import ConfigError
+from corral.http import _container, _files_api, _gateway, _own
+from corral.http._auth import Keyring
+from corral.http._body import BodyLimit
+from corral.http._errors import install_error_handlers
+from corral.http._metrics import Metrics
+from corral.http._sessions import Registry
+from corral.http._state import EngineAPI, Gateway, State
+from corral.http._store import FileStore
+
+__all__ = ["create_app"]
+
+_UPLOAD_PATHS = ("/upload_file", "/v1/ops/code_interpreter/upload_file")
+
+
+def _is_upload(method: str, path: str) -> bool:
+    return path in _UPLOAD_PATHS or (method == "PUT" and path.startswith("/v1/files/"))
+
+
+def create_app(engine: EngineAPI, config: Config) -> FastAPI:
+    """The ASGI app for ``config.mode``, serving a started ``engine``.
+
+    The caller owns the engine's lifetime (``serve`` does, tests do). Gateway mode opens the
+    files store under ``config.data_dir/files``.
+
+    Raises:
+        ConfigError: gateway mode without any API key.
+    """
+    gateway = config.mode == "gateway"
+    app = FastAPI(title="corral", version=corral.__version__, docs_url=None, redoc_url=None)
+    state = State(engine=engine, config=config, metrics=Metrics(engine.statistics))
+    if gateway:
+        if not config.api_keys:
+            raise ConfigError("gateway mode needs an API key: set CORRAL_API_KEYS=key:user")
+        keyring = Keyring(config.api_keys, config.create_code_app_roles)
+        store = FileStore(config.data_dir / "files")
+        registry = Registry(engine, config.max_sessions_per_key)
+        state.gateway = Gateway(keyring=keyring, store=store, registry=registry)
+        for router in (_gateway.router, _files_api.router, _own.router):
+            app.include_router(router)
+    else:
+        state.container = _container.ContainerSession(engine)
+        app.include_router(_container.router)
+    app.include_router(_own.metrics_router)
+    app.state.corral = state
+    install_error_handlers(app, plain_text=gateway)
+    app.add_middleware(
+        BodyLimit,
+        max_request_bytes=config.max_request_bytes,
+        upload_max_size=config.upload_max_size,
+        is_upload=_is_upload,
+        plain_text=gateway,
+    )
+    return app

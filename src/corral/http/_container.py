@@ -1,0 +1,181 @@
+"""Container mode: a drop-in for DIAL's interpreter image, one process = one session.
+
+``/health``, ``/execute_code``, ``/upload_file``, ``/download_file`` and ``/list_files`` with
+the reference's bodies, statuses and check order (dial-api.md §4), minus its flaws (§9): paths
+are contained component-wise, links planted by user code are never followed (the engine's
+session files), and an upload replaces its target only once it arrived whole and in bounds.
+The session folder is the engine's; user code sees it as ``/mnt/data`` and requests name it
+``MOUNT_FOLDER`` (default ``/mnt/data``, as in DIAL's image).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl
+
+import anyio
+from fastapi import APIRouter, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
+
+from corral.errors import FileTooLarge, InvalidPath, SessionClosed, SessionDiskFull, SessionNotFound
+from corral.http._errors import BUSY_TEXT, MappedRoute, fail
+from corral.http._multipart import MultipartReader, content_type_of
+from corral.http._paths import Resolved, bad_path, resolve
+from corral.http._responses import json_response
+from corral.http._state import EngineAPI, SessionAPI, State, state_of
+
+__all__ = ["ContainerSession", "router"]
+
+_FIELD_PEEK = 64 * 1024  # bytes of a text field named "file" echoed back in the 422 body
+_NOT_A_FILE = "Value error, Expected UploadFile, received: <class 'str'>"
+
+
+class ContainerSession:
+    """The process's one interpreter session, opened on first use, reopened if it was lost."""
+
+    def __init__(self, engine: EngineAPI) -> None:
+        self._engine = engine
+        self._session: SessionAPI | None = None
+        self._lock = anyio.Lock()
+
+    async def get(self) -> SessionAPI:
+        async with self._lock:
+            if self._session is not None:
+                try:
+                    self._engine.get_session(self._session.id)
+                except (SessionNotFound, SessionClosed):
+                    self._session = None
+            if self._session is None:
+                self._session = await self._engine.open_session()
+            return self._session
+
+
+class CodeRequest(BaseModel):
+    code: str
+
+
+class PathRequest(BaseModel):
+    path: str
+
+
+class ListRequest(BaseModel):
+    comment: str | None = None
+
+
+router = APIRouter(route_class=MappedRoute)
+
+
+async def _session(state: State) -> SessionAPI:
+    assert state.container is not None
+    return await state.container.get()
+
+
+def _check_session_header(state: State, request: Request) -> None:
+    expected = state.config.session_id
+    if expected is None:
+        return
+    value = request.headers.get("x-dial-session-id")
+    if value is None:
+        fail(400, "Missing x-dial-session-id header")
+    if value != expected:
+        fail(503, "Mismatching x-dial-session-id header")
+
+
+def _resolve(state: State, path: str) -> Resolved:
+    return resolve(path, str(state.config.mount_folder))
+
+
+@router.get("/health")
+async def health(request: Request) -> Response:
+    await _session(state_of(request))  # healthy only once executions can start
+    return json_response({"status": "HEALTHY"})
+
+
+@router.post("/execute_code")
+async def execute_code(body: CodeRequest, request: Request) -> Response:
+    state = state_of(request)
+    _check_session_header(state, request)
+    result = await (await _session(state)).run(body.code)
+    state.metrics.observe("execute_code", result.outcome, result.elapsed_ms)
+    if result.outcome == "busy":
+        fail(503, BUSY_TEXT, retry=True)
+    return json_response(result.as_dial())
+
+
+@router.post("/download_file")
+async def download_file(body: PathRequest, request: Request) -> Response:
+    state = state_of(request)
+    _check_session_header(state, request)
+    source = _resolve(state, body.path)
+    if source.is_root:
+        fail(404, f"File not found: {source.relative}")
+    session = await _session(state)
+    try:
+        data = await session.get_file(source.relative)
+    except (InvalidPath, FileNotFoundError):
+        # A link (wherever it points), a folder, a FIFO or nothing: regular files only.
+        fail(404, f"File not found: {source.relative}")
+    return Response(data, media_type="application/octet-stream")
+
+
+@router.post("/list_files")
+async def list_files(body: ListRequest, request: Request) -> Response:
+    state = state_of(request)
+    _check_session_header(state, request)
+    files = await (await _session(state)).list_files()
+    return json_response({"files": [{"path": f.path, "size": f.size} for f in files]})
+
+
+def _invalid_file(kind: str, value: Any, message: str, **extra: Any) -> RequestValidationError:
+    error = {"type": kind, "loc": ("body", "file"), "msg": message, "input": value, **extra}
+    return RequestValidationError([error])
+
+
+@router.post("/upload_file", openapi_extra={"requestBody": {"required": True}})
+async def upload_file(request: Request) -> Response:
+    state = state_of(request)
+    # Before reading the body, so an unauthenticated caller cannot stream a large file.
+    _check_session_header(state, request)
+    reader = MultipartReader.of(request)
+    if reader is None:
+        # FastAPI reads a url-encoded form as well, and any other body as an empty form.
+        if content_type_of(request)[0] == "application/x-www-form-urlencoded":
+            form = parse_qsl((await request.body()).decode("utf-8", "replace"), True)
+            if any(name == "file" for name, _ in form):
+                text = [value for name, value in form if name == "file"][-1]
+                raise _invalid_file("value_error", text, _NOT_A_FILE, ctx={"error": {}})
+        raise _invalid_file("missing", None, "Field required")
+    part = await reader.next_part()
+    while part is not None and part.name != "file":
+        part = await reader.next_part()
+    if reader.malformed:
+        fail(400, "There was an error parsing the body")
+    if part is None:
+        raise _invalid_file("missing", None, "Field required")
+    if part.filename is None:
+        value = bytearray()
+        async for chunk in reader.chunks():
+            value += chunk[: _FIELD_PEEK - len(value)]
+        text = value.decode("utf-8", "replace")
+        raise _invalid_file("value_error", text, _NOT_A_FILE, ctx={"error": {}})
+    if not part.filename:
+        fail(400, "Missing path")
+    target = _resolve(state, part.filename)
+    if target.is_root:
+        bad_path(target.absolute)
+    data = bytearray()
+    async for chunk in reader.chunks():
+        data += chunk
+        if len(data) > state.config.upload_max_size:
+            fail(413, "File too large")
+    if reader.malformed:
+        fail(400, "There was an error parsing the body")
+    session = await _session(state)
+    try:
+        info = await session.put_file(target.relative, bytes(data))
+    except InvalidPath:
+        bad_path(target.absolute)
+    except (FileTooLarge, SessionDiskFull):
+        fail(413, "File too large")
+    return json_response({"path": target.relative, "size": info.size})

@@ -1,0 +1,139 @@
+"""corral errors to HTTP answers: one table looked up by MRO, one renderer per mode.
+
+Handlers raise :class:`fastapi.HTTPException` for request problems they recognise; anything
+else that escapes a handler passes through :class:`MappedRoute`, which turns a ``CorralError``
+into its status from :data:`STATUS_BY_ERROR` and any other exception into 500 ``Internal
+error`` (logged, never echoed). The gateway speaks DIAL Core's plain-text bodies, except for
+errors DIAL relays from its interpreter container, which are JSON (``detail`` given as a
+dict); container mode always answers ``{"detail": ...}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any, NoReturn
+
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+
+from corral.errors import (
+    Busy,
+    CorralError,
+    EngineClosed,
+    FileTooLarge,
+    InvalidPath,
+    SessionClosed,
+    SessionDiskFull,
+    SessionNotFound,
+)
+
+__all__ = [
+    "BUSY_TEXT",
+    "RETRY_AFTER",
+    "STATUS_BY_ERROR",
+    "UNAVAILABLE_TEXT",
+    "MappedRoute",
+    "fail",
+    "install_error_handlers",
+    "status_for",
+]
+
+logger = logging.getLogger("corral.http")
+
+RETRY_AFTER = "1"  # seconds; a busy engine frees a worker within one typical run
+BUSY_TEXT = "Code interpreter is busy, retry later"
+UNAVAILABLE_TEXT = "Code interpreter is not available"
+PLAIN = "text/plain; charset=utf-8"
+
+STATUS_BY_ERROR: dict[type[BaseException], int] = {
+    SessionNotFound: 404,
+    SessionClosed: 404,
+    InvalidPath: 400,
+    FileTooLarge: 413,
+    SessionDiskFull: 413,
+    Busy: 503,
+    EngineClosed: 503,
+    CorralError: 500,
+}
+"""Status of every corral error reaching a front end; the most specific class wins."""
+
+_TEXT_BY_ERROR: dict[type[BaseException], str] = {
+    SessionNotFound: "Session is not found",
+    SessionClosed: "Session is not found",
+    InvalidPath: "Bad path",
+    FileTooLarge: "File too large",
+    SessionDiskFull: "Session disk quota exceeded",
+    Busy: BUSY_TEXT,
+    EngineClosed: UNAVAILABLE_TEXT,
+    CorralError: "Internal error",
+}
+
+
+def _lookup(table: dict[type[BaseException], Any], exc: BaseException) -> Any:
+    for cls in type(exc).__mro__:
+        if cls in table:
+            return table[cls]
+    return None
+
+
+def status_for(exc: BaseException) -> int:
+    """The HTTP status of a corral error (500 for anything unmapped)."""
+    return _lookup(STATUS_BY_ERROR, exc) or 500
+
+
+def fail(status: int, detail: str | dict[str, Any], *, retry: bool = False) -> NoReturn:
+    """Answer now: a string is the gateway's plain text, a dict a relayed JSON body."""
+    headers = {"Retry-After": RETRY_AFTER} if retry else None
+    raise HTTPException(status, detail, headers=headers)
+
+
+def _as_http(exc: Exception) -> HTTPException:
+    if isinstance(exc, CorralError):
+        status = status_for(exc)
+        if status >= 500 and not isinstance(exc, Busy | EngineClosed):
+            logger.error("request failed: %r", exc, exc_info=exc)
+        retry = {"Retry-After": RETRY_AFTER} if isinstance(exc, Busy) else None
+        return HTTPException(status, _lookup(_TEXT_BY_ERROR, exc), headers=retry)
+    if isinstance(exc, ClientDisconnect):
+        # The client is gone (or the body limit cut it off); nobody reads this answer.
+        return HTTPException(400, "Client disconnected")
+    logger.exception("unexpected failure", exc_info=exc)
+    return HTTPException(500, "Internal error")
+
+
+class MappedRoute(APIRoute):
+    """An APIRoute whose handler failures become HTTPExceptions (never a bare 500)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def mapped(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except (StarletteHTTPException, RequestValidationError):
+                raise
+            except Exception as exc:
+                raise _as_http(exc) from exc
+
+        return mapped
+
+
+def install_error_handlers(app: FastAPI, *, plain_text: bool) -> None:
+    """Render HTTPExceptions as DIAL Core does (``plain_text``) or as its container does."""
+
+    async def render(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        headers = dict(exc.headers or {})
+        detail: Any = exc.detail
+        if isinstance(detail, dict):
+            return JSONResponse(detail, exc.status_code, headers=headers)
+        if plain_text:
+            return PlainTextResponse(detail, exc.status_code, headers, media_type=PLAIN)
+        return JSONResponse({"detail": detail}, exc.status_code, headers=headers)
+
+    app.add_exception_handler(StarletteHTTPException, render)

@@ -1,0 +1,214 @@
+"""DIAL Core's nine ``/v1/ops/code_interpreter/*`` operations (dial-api.md §5).
+
+Every operation authenticates first (401), then applies DIAL Core's checks in DIAL Core's
+order. Bodies are exactly DIAL's fields; corral's richer result stays on ``/v1/execute``.
+"""
+
+from __future__ import annotations
+
+import anyio
+from fastapi import APIRouter, Depends, Request, Response
+
+from corral.engine import ExecutionResult
+from corral.errors import SessionClosed, SessionNotFound
+from corral.http._auth import Caller
+from corral.http._errors import BUSY_TEXT, MappedRoute, fail
+from corral.http._files_api import file_metadata
+from corral.http._models import (
+    DownloadBody,
+    ExecuteBody,
+    SessionBody,
+    TransferInBody,
+    TransferOutBody,
+    parse_body,
+)
+from corral.http._multipart import MultipartReader
+from corral.http._responses import json_response
+from corral.http._sessions import not_found
+from corral.http._state import SessionAPI, State, caller_of, state_of
+from corral.http._transfers import (
+    check_file_path,
+    check_output,
+    download_from_session,
+    gather_upload,
+    prepare_input,
+    resolve_upload_target,
+    transfer_input,
+    upload_into_session,
+    write_output,
+)
+
+__all__ = ["router"]
+
+router = APIRouter(
+    prefix="/v1/ops/code_interpreter", route_class=MappedRoute, dependencies=[Depends(caller_of)]
+)
+
+
+def _context(request: Request) -> tuple[State, Caller]:
+    return state_of(request), caller_of(request)
+
+
+def _session_id(
+    body: SessionBody | DownloadBody | ExecuteBody | TransferInBody | TransferOutBody,
+) -> str:
+    if body.sessionId is None:
+        fail(400, "Missing sessionId")
+    return body.sessionId
+
+
+@router.post("/open_session")
+async def open_session(request: Request) -> Response:
+    state, caller = _context(request)
+    state.keyring.require_code_role(caller)
+    body = await parse_body(request, SessionBody)
+    session_id = await state.registry.open(caller.owner, body.sessionId)
+    return json_response({"sessionId": session_id})
+
+
+@router.post("/get_session")
+async def get_session(request: Request) -> Response:
+    state, caller = _context(request)
+    session_id = _session_id(await parse_body(request, SessionBody))
+    state.registry.lookup(caller.owner, session_id)  # no touch: DIAL's get_session keeps TTL
+    return json_response({"sessionId": session_id})
+
+
+@router.post("/close_session")
+async def close_session(request: Request) -> Response:
+    state, caller = _context(request)
+    session_id = _session_id(await parse_body(request, SessionBody))
+    await state.registry.close(caller.owner, session_id)
+    return json_response({"sessionId": session_id})
+
+
+@router.post("/list_files")
+async def list_files(request: Request) -> Response:
+    state, caller = _context(request)
+    session_id = _session_id(await parse_body(request, SessionBody))
+    session = state.registry.lookup(caller.owner, session_id)
+    try:
+        files = await session.list_files()
+    except (SessionNotFound, SessionClosed):
+        not_found(session_id)
+    return json_response({"files": [{"path": f.path, "size": f.size} for f in files]})
+
+
+@router.post("/download_file")
+async def download_file(request: Request) -> Response:
+    state, caller = _context(request)
+    body = await parse_body(request, DownloadBody)
+    session_id = _session_id(body)
+    path = check_file_path(body.path)
+    session = state.registry.lookup(caller.owner, session_id)
+    try:
+        _, data = await download_from_session(session, path)
+    except (SessionNotFound, SessionClosed):
+        not_found(session_id)
+    return Response(data, media_type="application/octet-stream")
+
+
+@router.post("/upload_file")
+async def upload_file(request: Request) -> Response:
+    state, caller = _context(request)
+    session_id = request.query_params.get("session_id")
+    if session_id is None:
+        fail(400, "Missing session_id query param")
+    reader = MultipartReader.of(request)
+    part = None if reader is None else await reader.next_part()
+    while reader is not None and part is not None and part.filename is None:
+        part = await reader.next_part()
+    if reader is None or part is None or part.filename is None:
+        fail(400, "Missing filename in multipart upload")
+    path = check_file_path(part.filename)
+    session = state.registry.lookup(caller.owner, session_id)
+    target = resolve_upload_target(path)
+    data = await gather_upload(reader.chunks(), state.config.upload_max_size)
+    if reader.malformed:
+        fail(400, "Missing filename in multipart upload")
+    try:
+        size = await upload_into_session(session, target, data)
+    except (SessionNotFound, SessionClosed):
+        not_found(session_id)
+    return json_response({"path": target.relative, "size": size})
+
+
+@router.post("/transfer_input_file")
+async def transfer_input_file(request: Request) -> Response:
+    state, caller = _context(request)
+    body = await parse_body(request, TransferInBody)
+    session_id = _session_id(body)
+    target_path, stored = await prepare_input(state, caller, body)
+    session = state.registry.lookup(caller.owner, session_id)
+    try:
+        size = await transfer_input(state, session, target_path, stored)
+    except (SessionNotFound, SessionClosed):
+        not_found(session_id)
+    return json_response({"path": resolve_upload_target(target_path).relative, "size": size})
+
+
+@router.post("/transfer_output_file")
+async def transfer_output_file(request: Request) -> Response:
+    state, caller = _context(request)
+    body = await parse_body(request, TransferOutBody)
+    session_id = _session_id(body)
+    source_path, target = check_output(caller, body)
+    session = state.registry.lookup(caller.owner, session_id)
+    try:
+        stored = await write_output(state, session, source_path, target)
+    except (SessionNotFound, SessionClosed):
+        not_found(session_id)
+    return json_response(file_metadata(stored))
+
+
+@router.post("/execute_code")
+async def execute_code(request: Request) -> Response:
+    state, caller = _context(request)
+    state.keyring.require_code_role(caller)
+    body = await parse_body(request, ExecuteBody)
+    if body.code is None:
+        fail(400, "Missing code")
+    if body.sessionId is None and not body.inputFiles and not body.outputFiles:
+        # No files to move: a one-shot worker is a temporary session that costs less.
+        result = await state.engine.run(body.code)
+        return _answer(state, result)
+    if body.sessionId is None:
+        async with state.registry.temporary() as session:
+            return await _execute(state, caller, session, body)
+    session = state.registry.lookup(caller.owner, body.sessionId)
+    cancel = state.registry.cancel_event(caller.owner, body.sessionId)
+    try:
+        response = await _execute(state, caller, session, body, cancel)
+    except Exception:
+        if state.registry.is_closed(caller.owner, session, body.sessionId):
+            not_found(body.sessionId)  # closed under the run, however the run ended
+        raise
+    if state.registry.is_closed(caller.owner, session, body.sessionId):
+        not_found(body.sessionId)  # closed while it ran: the run was cancelled
+    return response
+
+
+async def _execute(
+    state: State,
+    caller: Caller,
+    session: SessionAPI,
+    body: ExecuteBody,
+    cancel: anyio.Event | None = None,
+) -> Response:
+    assert body.code is not None
+    for item in body.inputFiles or ():
+        target_path, stored = await prepare_input(state, caller, item)
+        await transfer_input(state, session, target_path, stored)
+    result = await session.run(body.code, cancel=cancel)
+    if result.outcome != "busy":
+        for output in body.outputFiles or ():
+            source_path, target = check_output(caller, output)
+            await write_output(state, session, source_path, target)
+    return _answer(state, result)
+
+
+def _answer(state: State, result: ExecutionResult) -> Response:
+    state.metrics.observe("execute_code", result.outcome, result.elapsed_ms)
+    if result.outcome == "busy":
+        fail(503, BUSY_TEXT, retry=True)
+    return json_response(result.as_dial())

@@ -1,0 +1,84 @@
+"""Gateway request bodies, parsed as strictly as DIAL Core's Jackson mapper does.
+
+Malformed JSON, an empty body, ``null``, a non-object, a wrong type or any unknown field is
+400 ``Not valid JSON body`` (dial-api.md §5.1); ``null`` for an optional field equals absent.
+The field names are DIAL's, so they stay camelCase.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from fastapi import Request
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from corral.http._errors import fail
+
+__all__ = [
+    "DownloadBody",
+    "ExecuteBody",
+    "InputFile",
+    "OutputFile",
+    "SessionBody",
+    "TransferInBody",
+    "TransferOutBody",
+    "parse_body",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SessionBody(_Strict):
+    sessionId: str | None = None
+
+
+class InputFile(_Strict):
+    sessionId: str | None = None
+    sourceUrl: str | None = None
+    targetPath: str | None = None
+
+
+class OutputFile(_Strict):
+    sessionId: str | None = None
+    sourcePath: str | None = None
+    targetUrl: str | None = None
+
+
+class ExecuteBody(_Strict):
+    sessionId: str | None = None
+    code: str | None = None
+    inputFiles: list[InputFile] | None = None
+    outputFiles: list[OutputFile] | None = None
+
+
+class DownloadBody(_Strict):
+    sessionId: str | None = None
+    path: str | None = None
+    size: int | None = None
+
+
+class TransferInBody(InputFile):
+    pass
+
+
+class TransferOutBody(OutputFile):
+    pass
+
+
+Body = TypeVar("Body", bound=_Strict)
+
+
+async def parse_body(request: Request, model: type[Body]) -> Body:
+    """The request's JSON body as ``model``, or 400 ``Not valid JSON body``."""
+    raw = await request.body()
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError:
+        fail(400, "Not valid JSON body")
+
+
+def file_path_ok(path: str | None) -> bool:
+    """DIAL's path syntax check: only a missing path or a NUL byte fail it."""
+    return path is not None and "\0" not in path

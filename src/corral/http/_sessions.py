@@ -1,0 +1,156 @@
+"""Gateway sessions: DIAL session ids scoped to their API key, mapped onto engine sessions.
+
+A caller's ``sessionId`` is only a name in that caller's scope: it never reaches the engine or
+the file system (the engine picks its own ids and folders), so two keys may use the same id and
+neither can see the other's session (404). Entries live in memory only: after a restart every
+id answers DIAL's 404 ``Session is not found`` and clients open a new session, as they do after
+idle expiry. Idle expiry itself is the engine's; an expired engine session reads as gone here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import NoReturn
+from urllib.parse import unquote
+
+import anyio
+
+from corral.errors import SessionClosed, SessionNotFound
+from corral.http._errors import fail
+from corral.http._state import EngineAPI, SessionAPI
+
+__all__ = ["Registry", "not_found", "valid_session_id"]
+
+_MAX_ID_BYTES = 800  # DIAL bounds the session's whole storage path to 900 bytes
+
+
+def valid_session_id(value: str) -> bool:
+    """DIAL's session id rule (dial-api.md §5.5), plus no ``.``/``..`` segments."""
+    if not value or value.endswith("/") or len(value.encode()) > _MAX_ID_BYTES:
+        return False
+    for segment in value.split("/"):
+        decoded = unquote(segment)
+        if not decoded or decoded in (".", ".."):
+            return False
+        if any(c in "/{}" or ord(c) <= 0x1F for c in decoded):
+            return False
+    return True
+
+
+def not_found(session_id: str) -> NoReturn:
+    fail(404, f"Session is not found: {session_id}")
+
+
+@dataclass(slots=True)
+class _Entry:
+    session: SessionAPI | None = None
+    """None while the engine is still opening it: the id is taken but not yet visible."""
+    closed: bool = False
+    cancel: anyio.Event = field(default_factory=anyio.Event)
+    """Set by ``close``: runs in the session stop at once (DIAL: the caller then gets 404)."""
+
+
+class Registry:
+    """Open sessions by ``(owner, sessionId)``, at most ``max_per_owner`` each."""
+
+    def __init__(self, engine: EngineAPI, max_per_owner: int) -> None:
+        self._engine = engine
+        self._max = max_per_owner
+        self._owners: dict[str, dict[str, _Entry]] = {}
+
+    def _alive(self, entry: _Entry) -> bool:
+        if entry.session is None:
+            return not entry.closed
+        if entry.closed:
+            return False
+        try:
+            self._engine.get_session(entry.session.id)
+        except (SessionNotFound, SessionClosed):
+            return False
+        return True
+
+    def _prune(self, owner: str) -> dict[str, _Entry]:
+        entries = self._owners.setdefault(owner, {})
+        for sid in [sid for sid, entry in entries.items() if not self._alive(entry)]:
+            del entries[sid]
+        return entries
+
+    async def open(self, owner: str, session_id: str | None) -> str:
+        """Open a session for ``owner``; returns its id.
+
+        Raises:
+            HTTPException: 400 invalid or taken id, 429 too many sessions.
+        """
+        sid = uuid.uuid4().hex if session_id is None else session_id
+        if not valid_session_id(sid):
+            fail(400, f"Invalid sessionId: {sid}")
+        entries = self._prune(owner)
+        if sid in entries:
+            fail(400, f"Session already exists: {sid}")
+        if len(entries) >= self._max:
+            fail(
+                429,
+                f"Too many open sessions for this API key (limit {self._max}); "
+                "close a session or wait for idle sessions to expire",
+            )
+        entry = entries[sid] = _Entry()
+        try:
+            session = await self._engine.open_session()
+        except BaseException:
+            entries.pop(sid, None)
+            raise
+        entry.session = session
+        if entry.closed:  # closed while it was opening; nothing may outlive the close
+            with anyio.CancelScope(shield=True):
+                await session.close()
+        return sid
+
+    def lookup(self, owner: str, session_id: str) -> SessionAPI:
+        """The caller's session.
+
+        Raises:
+            HTTPException: 400 ``Invalid sessionId``, 404 ``Session is not found``.
+        """
+        if not valid_session_id(session_id):
+            fail(400, f"Invalid sessionId: {session_id}")
+        entry = self._owners.get(owner, {}).get(session_id)
+        if entry is None or entry.session is None or not self._alive(entry):
+            self._owners.get(owner, {}).pop(session_id, None)
+            not_found(session_id)
+        return entry.session
+
+    def cancel_event(self, owner: str, session_id: str) -> anyio.Event:
+        """Pass it as ``cancel=`` to runs in the session; ``close`` sets it."""
+        entry = self._owners.get(owner, {}).get(session_id)
+        return entry.cancel if entry is not None else anyio.Event()
+
+    def is_closed(self, owner: str, session: SessionAPI, session_id: str) -> bool:
+        """Whether ``session`` was closed (or expired) since it was looked up."""
+        entry = self._owners.get(owner, {}).get(session_id)
+        return entry is None or entry.session is not session or not self._alive(entry)
+
+    async def close(self, owner: str, session_id: str) -> None:
+        """Close the caller's session; a run still going in it is cancelled by the engine.
+
+        Raises:
+            HTTPException: 400 ``Invalid sessionId``, 404 ``Session is not found``.
+        """
+        session = self.lookup(owner, session_id)
+        entry = self._owners[owner].pop(session_id)
+        entry.closed = True
+        entry.cancel.set()
+        with anyio.CancelScope(shield=True):
+            await session.close()
+
+    @contextlib.asynccontextmanager
+    async def temporary(self) -> AsyncIterator[SessionAPI]:
+        """A session nobody else can name, closed on every way out (dial-api.md §5.8)."""
+        session = await self._engine.open_session()
+        try:
+            yield session
+        finally:
+            with anyio.CancelScope(shield=True):
+                await session.close()

@@ -1,0 +1,189 @@
+"""The low-level MCP server: tools/list and tools/call over each session's registry.
+
+The low-level ``Server`` is used because the tool set is dynamic and per session (the
+registry's active set, a budget that changes the description); the high-level one wants
+tools declared up front. Handlers render nothing themselves: :class:`ToolResult.to_mcp
+<corral.tools.ToolResult.to_mcp>` is the wire shape, so PNG displays arrive as image
+content and the execution result JSON as ``structuredContent``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import anyio
+import anyio.abc
+import anyio.streams.memory
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError
+from mcp_types import METHOD_NOT_FOUND
+
+import corral
+from corral.engine import Engine
+from corral.mcp._session import SessionTable, ToolSetup
+from corral.tools import (
+    DEFAULT_CODE_INTERPRETER_CONFIG,
+    PROGRESS_PHASES,
+    CodeInterpreterConfig,
+    ProgressEvent,
+    ToolContext,
+    describe_progress,
+    export_tools,
+)
+
+__all__ = ["SERVER_NAME", "CorralServer", "build_server"]
+
+logger = logging.getLogger("corral.mcp")
+
+SERVER_NAME = "corral"
+_PROGRESS_BUFFER = 32  # events a slow client may lag behind; progress is advisory, extra drops
+_INSTRUCTIONS = (
+    "corral runs Python in fresh, isolated sandboxes. Use code_interpreter for any "
+    "calculation or data transformation instead of doing it in prose; register files with "
+    "source_add and pass their ids in sourceIds; use code_session when state must persist "
+    "between steps. Each MCP session has its own sources and call budget."
+)
+
+Context = ServerRequestContext[SessionTable, Any]
+
+
+class CorralServer(Server[SessionTable]):
+    """The low-level server, advertising ``tools.listChanged`` on every transport.
+
+    The SDK's in-memory and streamable-HTTP drivers build initialization options without
+    arguments, so the flag is defaulted here rather than passed by each caller.
+    """
+
+    table: SessionTable | None = None
+    """The session table of the running lifespan (the HTTP front end drops ended sessions)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+async def _pump_progress(
+    session: ServerSession,
+    events: anyio.streams.memory.MemoryObjectReceiveStream[dict[str, Any]],
+) -> None:
+    total = len(PROGRESS_PHASES)
+    async with events:
+        async for event in events:
+            phase = event.get("phase")
+            if phase not in PROGRESS_PHASES:
+                continue
+            # report_progress is a no-op unless the client sent a progress token.
+            message = describe_progress(cast(ProgressEvent, event))
+            try:
+                await session.report_progress(PROGRESS_PHASES.index(phase) + 1, total, message)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                # The client is gone; the call itself ends or is cancelled on its own.
+                logger.debug("progress dropped: the connection is closed")
+
+
+async def _list_tools(
+    ctx: Context, params: types.PaginatedRequestParams | None
+) -> types.ListToolsResult:
+    session = await ctx.lifespan_context.get(ctx)
+    declared = export_tools(session.registry.active(), "mcp")
+    return types.ListToolsResult(tools=[types.Tool.model_validate(d) for d in declared])
+
+
+async def _call_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
+    session = await ctx.lifespan_context.get(ctx)
+    send, receive = anyio.create_memory_object_stream[dict[str, Any]](_PROGRESS_BUFFER)
+
+    def progress(event: dict[str, Any]) -> None:
+        try:
+            send.send_nowait(event)
+        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            logger.debug("a progress event was dropped")
+
+    context = ToolContext(invocation=session.invocation, progress=progress)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_pump_progress, ctx.session, receive)
+        try:
+            result = await session.registry.call(params.name, params.arguments or {}, context)
+        finally:
+            send.close()  # the pump drains what is left, so progress precedes the result
+    return types.CallToolResult.model_validate(result.to_mcp())
+
+
+async def _listen(
+    ctx: Context, params: types.SubscriptionsListenRequestParams
+) -> types.SubscriptionsListenResult:
+    session = await ctx.lifespan_context.get(ctx)
+    return await session.listen(ctx, params)
+
+
+async def _no_discover(ctx: Context, params: types.RequestParams | None) -> types.DiscoverResult:
+    # Over HTTP the 2026-07-28 era has no sessions, and corral's tools live in one; refusing
+    # discovery makes SDK clients fall back to the initialize handshake.
+    raise MCPError(code=METHOD_NOT_FOUND, message="Method not found", data="server/discover")
+
+
+def build_server(
+    engine: Engine,
+    *,
+    config: CodeInterpreterConfig = DEFAULT_CODE_INTERPRETER_CONFIG,
+    extra_tools: ToolSetup | None = None,
+    keyed: bool = False,
+    idle_timeout: float | None = None,
+) -> CorralServer:
+    """The MCP server over ``engine``: ``code_interpreter``, ``source_add``, ``code_session``.
+
+    Each MCP session is one :class:`~corral.tools.Invocation` with its own registry.
+
+    Args:
+        engine: a started engine, shared by every session.
+        config: bounds of the code tools, and the per-session call quota.
+        extra_tools: awaited once per session to register more tools.
+        keyed: one lifespan serves many sessions, told apart by ``Mcp-Session-Id``
+            (streamable HTTP); otherwise every lifespan (``Server.run``) is one session.
+        idle_timeout: seconds after which an idle keyed session is closed.
+    """
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Server[SessionTable]) -> AsyncIterator[SessionTable]:
+        async with anyio.create_task_group() as tg:
+            table = SessionTable(
+                engine, config, extra_tools, tg, keyed=keyed, idle_timeout=idle_timeout
+            )
+            if keyed:
+                tg.start_soon(table.expire_loop)
+            server.table = table
+            try:
+                yield table
+            finally:
+                server.table = None
+                await table.aclose()
+                tg.cancel_scope.cancel()
+
+    server = CorralServer(
+        SERVER_NAME,
+        version=corral.__version__,
+        title="corral code interpreter",
+        instructions=_INSTRUCTIONS,
+        lifespan=lifespan,
+        on_list_tools=_list_tools,
+        on_call_tool=_call_tool,
+        on_subscriptions_listen=_listen,
+    )
+    if keyed:
+        server.add_request_handler("server/discover", types.RequestParams, _no_discover)
+    return server

@@ -1,0 +1,278 @@
+"""The MCP server through the SDK's own in-memory client, over real sandboxed workers.
+
+``mode="legacy"`` drives the initialize-handshake stream loop (what desktop clients speak
+today); ``mode="auto"`` negotiates the 2026-07-28 per-request era in process.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pathlib
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp.client import Client
+from mcp.shared.exceptions import MCPError
+
+from corral import Limits
+from corral.engine import Engine
+from corral.mcp import build_server
+from corral.tools import (
+    CodeInterpreterConfig,
+    Invocation,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
+
+WORKBOOK = pathlib.Path(__file__).resolve().parents[2] / "examples" / "northstar.xlsx"
+MODES = ["legacy", "auto"]
+
+
+@pytest.fixture(scope="module")
+async def engine() -> AsyncIterator[Engine]:
+    async with Engine(capacity=2, limits=Limits(timeout=20)) as started:
+        yield started
+
+
+class Notes:
+    """Collects server notifications; ``list_changed`` is set by the first tools one."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+        self.list_changed = anyio.Event()
+
+    async def __call__(self, message: Any) -> None:
+        self.seen.append(message)
+        if isinstance(message, types.ToolListChangedNotification):
+            self.list_changed.set()
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "\n".join(b.text for b in result.content if isinstance(b, types.TextContent))
+
+
+async def call(
+    client: Client, name: str, arguments: dict[str, Any], **kw: Any
+) -> types.CallToolResult:
+    with anyio.fail_after(30):
+        return await client.call_tool(name, arguments, **kw)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_serves_three_tools_and_advertises_list_changed(engine: Engine, mode: str) -> None:
+    async with Client(build_server(engine), mode=mode) as client:
+        assert client.server_capabilities.tools is not None
+        assert client.server_capabilities.tools.list_changed is True
+        listed = await client.list_tools()
+    names = [t.name for t in listed.tools]
+    assert names == ["code_interpreter", "source_add", "code_session"]
+    interpreter = listed.tools[0]
+    assert set(interpreter.input_schema["properties"]) == {"summary", "code", "sourceIds"}
+    assert interpreter.input_schema["additionalProperties"] is False
+    assert interpreter.description is not None
+    assert "10 of 10 calls left" in interpreter.description
+    assert interpreter.annotations is not None
+    assert interpreter.annotations.read_only_hint
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_workbook_source_to_mean_with_image_and_structured_content(
+    engine: Engine, mode: str
+) -> None:
+    async with Client(build_server(engine), mode=mode) as client:
+        added = await call(
+            client,
+            "source_add",
+            {
+                "content": base64.b64encode(WORKBOOK.read_bytes()).decode(),
+                "encoding": "base64",
+                "filename": "northstar.xlsx",
+            },
+        )
+        assert not added.is_error, text_of(added)
+        source_id = added.structured_content["id"]
+        code = (
+            "import csv, matplotlib.pyplot as plt\n"
+            f"rows = list(csv.reader(open(input_files[{source_id!r}])))[2:]\n"
+            "hours = [float(r[1]) for r in rows]\n"
+            "plt.bar([r[0] for r in rows], hours); plt.show()\n"
+            "sum(hours) / len(hours)"
+        )
+        result = await call(
+            client,
+            "code_interpreter",
+            {"summary": "Mean runtime", "code": code, "sourceIds": [source_id]},
+        )
+    assert not result.is_error, text_of(result)
+    assert [block.type for block in result.content] == ["text", "image"]
+    image = result.content[1]
+    assert isinstance(image, types.ImageContent)
+    assert image.mime_type == "image/png"
+    assert base64.b64decode(image.data).startswith(b"\x89PNG")
+    data = result.structured_content
+    assert data["outcome"] == "ok"
+    assert data["status"] == "SUCCESS"
+    assert data["result"] == {"text/plain": "8.25"}
+    assert data["evidence"]["inputs"][0]["id"] == source_id
+    assert "8.25" in text_of(result)
+    assert result.meta is not None
+    details = result.meta["corral/details"]
+    assert details["outcome"] == "ok"
+    assert source_id not in json.dumps(details)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_progress_flows_for_a_progress_token_and_discloses_nothing(
+    engine: Engine, mode: str
+) -> None:
+    marker = "MARK" + secrets.token_hex(6)
+    updates: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        updates.append((progress, total, message))
+
+    async with Client(build_server(engine), mode=mode) as client:
+        result = await call(
+            client,
+            "code_interpreter",
+            {"summary": "s", "code": f"# {marker}\nprint('{marker}')\n'{marker}'"},
+            progress_callback=on_progress,
+        )
+    assert marker in text_of(result)
+    steps = [p for p, _, _ in updates]
+    assert steps[0] == 1
+    assert steps[-1] == 5
+    assert steps == sorted(steps)
+    assert all(total == 5 for _, total, _ in updates)
+    assert "finished" in (updates[-1][2] or "")
+    assert "outcome ok" in (updates[-1][2] or "")
+    assert marker not in json.dumps(updates)
+
+
+async def test_list_changed_follows_every_change_of_the_active_set(engine: Engine) -> None:
+    async def setup(registry: ToolRegistry, invocation: Invocation) -> None:
+        async def later(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+            return ToolResult.ok("later")
+
+        async def activate(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+            registry.set_active([*registry.active_names(), "later"])
+            return ToolResult.ok("activated")
+
+        schema = {"type": "object", "properties": {}}
+        registry.register(
+            Tool(name="later", description="Deferred.", parameters=schema, handler=later),
+            "deferred",
+        )
+        registry.register(
+            Tool(
+                name="activate", description="Activates later.", parameters=schema, handler=activate
+            )
+        )
+
+    notes = Notes()
+    server = build_server(engine, extra_tools=setup)
+    async with Client(server, mode="legacy", message_handler=notes) as client:
+        before = await client.list_tools()
+        assert "later" not in [t.name for t in before.tools]
+        await call(client, "activate", {})
+        with anyio.fail_after(5):
+            await notes.list_changed.wait()
+        after = await client.list_tools()
+        assert "later" in [t.name for t in after.tools]
+
+        notes.list_changed = anyio.Event()
+        await call(client, "code_interpreter", {"summary": "s", "code": "1"})
+        with anyio.fail_after(5):
+            await notes.list_changed.wait()  # the budget in the description changed
+        refreshed = await client.list_tools()
+    (interpreter,) = [t for t in refreshed.tools if t.name == "code_interpreter"]
+    assert interpreter.description is not None
+    assert "9 of 10 calls left" in interpreter.description
+
+
+async def test_the_2026_era_gets_list_changed_through_listen(engine: Engine) -> None:
+    async with Client(build_server(engine)) as client:
+        assert client.protocol_version == "2026-07-28"
+        async with client.listen(tools_list_changed=True) as subscription:
+            await call(client, "code_interpreter", {"summary": "s", "code": "1"})
+            with anyio.fail_after(5):
+                async for _event in subscription:
+                    break
+
+
+async def test_each_mcp_session_is_its_own_invocation(engine: Engine) -> None:
+    server = build_server(engine, config=CodeInterpreterConfig(max_calls=1))
+    async with Client(server, mode="legacy") as first, Client(server, mode="legacy") as second:
+        added = await call(first, "source_add", {"content": "a\n1\n", "filename": "a.csv"})
+        source_id = added.structured_content["id"]
+        used = await call(
+            first, "code_interpreter", {"summary": "s", "code": "1", "sourceIds": [source_id]}
+        )
+        assert not used.is_error
+        spent = await call(first, "code_interpreter", {"summary": "s", "code": "1"})
+        assert spent.is_error
+        assert spent.structured_content["outcome"] == "quota_exceeded"
+        foreign = await call(
+            second, "code_interpreter", {"summary": "s", "code": "1", "sourceIds": [source_id]}
+        )
+        assert foreign.structured_content["outcome"] == "unavailable_source"
+        # The refused call spent the second session's only call; its budget was its own.
+        assert foreign.is_error
+
+
+async def test_a_client_that_gives_up_cancels_the_run(engine: Engine) -> None:
+    async with Client(build_server(engine), mode="legacy") as client:
+        with anyio.fail_after(30), pytest.raises(MCPError, match="timed out"):
+            await client.call_tool(
+                "code_interpreter",
+                {"summary": "s", "code": "while True:\n    pass"},
+                read_timeout_seconds=1.0,
+            )
+        # notifications/cancelled reached the server: the worker is terminated, not waited
+        # for (the tool's own deadline is 30 s).
+        with anyio.fail_after(5):
+            while engine.statistics().running:  # noqa: ASYNC110 - the engine has no event for it
+                await anyio.sleep(0.01)
+        after = await call(client, "code_interpreter", {"summary": "s", "code": "1"})
+    assert after.structured_content["outcome"] == "ok"
+
+
+async def test_python_errors_are_tool_results_not_protocol_errors(engine: Engine) -> None:
+    async with Client(build_server(engine), mode="legacy") as client:
+        result = await call(client, "code_interpreter", {"summary": "s", "code": "[][1]"})
+        unknown = await call(client, "no_such_tool", {})
+        invalid = await call(client, "code_interpreter", {"summary": "s", "code": 1})
+    assert result.is_error
+    assert result.structured_content["outcome"] == "python_error"
+    assert "IndexError: list index out of range" in text_of(result)
+    assert unknown.is_error
+    assert "Unknown tool" in text_of(unknown)
+    assert invalid.is_error
+    assert "Invalid arguments" in text_of(invalid)
+
+
+async def test_code_session_keeps_state_until_reset_and_ends_with_the_mcp_session(
+    engine: Engine,
+) -> None:
+    before = len(engine.sessions())
+    async with Client(build_server(engine), mode="legacy") as client:
+        set_x = await call(client, "code_session", {"summary": "s", "code": "x = 41"})
+        assert not set_x.is_error, text_of(set_x)
+        assert len(engine.sessions()) == before + 1
+        use_x = await call(client, "code_session", {"summary": "s", "code": "x + 1"})
+        assert use_x.structured_content["result"] == {"text/plain": "42"}
+        fresh = await call(client, "code_interpreter", {"summary": "s", "code": "'x' in dir()"})
+        assert fresh.structured_content["result"] == {"text/plain": "False"}
+        reset = await call(client, "code_session", {"summary": "s", "code": "x", "reset": True})
+        assert reset.structured_content["outcome"] == "python_error"
+        assert "The session was reset" in text_of(reset)
+    assert len(engine.sessions()) == before  # closed with the MCP session's invocation
