@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import sys
 from pathlib import Path
+
+import anyio
 
 from corral._config import ApiKey, Config
 from corral.cli._main import EXIT_OK
@@ -55,8 +58,29 @@ def serve_command(args: argparse.Namespace) -> int:
 
 
 def mcp_command(args: argparse.Namespace) -> int:
-    from corral.mcp import run_mcp
-
     config = Config.load(flags={"config": args.config})
-    run_mcp(config, http_port=args.http)
+    with contextlib.suppress(KeyboardInterrupt):
+        anyio.run(_serve_mcp, config, args.http)
     return EXIT_OK
+
+
+async def _serve_mcp(config: Config, http_port: int | None) -> None:
+    from corral.mcp import serve_mcp
+    from corral.mistral import MistralClient, MistralSettings, register_mistral_tools
+    from corral.tools import Invocation, ToolRegistry
+
+    settings = MistralSettings.load(config.raw_toml, os.environ)
+    if not settings.api_key:
+        await serve_mcp(config, http_port=http_port)
+        return
+
+    def warn(text: str) -> None:
+        print(f"corral: {text}", file=sys.stderr)
+
+    async with MistralClient.from_settings(settings) as client:
+
+        async def mistral_tools(registry: ToolRegistry, _invocation: Invocation) -> object:
+            # One registry and one connector loader per MCP session.
+            return await register_mistral_tools(registry, settings, client, warn=warn)
+
+        await serve_mcp(config, http_port=http_port, extra_tools=mistral_tools)

@@ -24,8 +24,16 @@ from corral.engine._outcome import build_result
 from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outcome
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
 from corral.engine._session import Session, SessionManager
-from corral.errors import Busy, EngineClosed, WorkerError, ZygoteUnavailable
-from corral.sandbox import DEFAULT_PRELOAD, Holder, WarmPool, Worker, WorkerReport, ZygoteHost
+from corral.errors import Busy, EngineClosed, IsolationError, WorkerError, ZygoteUnavailable
+from corral.sandbox import (
+    DEFAULT_PRELOAD,
+    Holder,
+    WarmPool,
+    Worker,
+    WorkerReport,
+    ZygoteHost,
+    doctor,
+)
 
 __all__ = ["Engine", "EngineStatistics"]
 
@@ -50,6 +58,22 @@ class EngineStatistics:
     zygote_restarts: int
     runs_by_outcome: dict[str, int]
     scheduler: SchedulerStatistics
+
+
+async def _probe(host: ZygoteHost) -> None:
+    """Refuse to start unless one worker can be built: a host without user namespaces (say)
+    must fail here, with a reason, rather than time out every run later."""
+    try:
+        worker = await host.spawn()
+        try:
+            await worker.wait_ready()
+        finally:
+            worker.close()
+    except WorkerError as exc:
+        await host.aclose()
+        raise IsolationError(
+            f"cannot start an isolated worker ({exc}); `corral doctor` shows what is missing"
+        ) from exc
 
 
 class Engine:
@@ -137,7 +161,14 @@ class Engine:
                 "open_files": limits.open_files,
             },
         )
-        await host.start(self._tg)
+        try:
+            await host.start(self._tg)
+            await _probe(host)
+        except IsolationError as exc:
+            problems = "; ".join((await anyio.to_thread.run_sync(doctor)).problems)
+            if not problems:
+                raise
+            raise IsolationError(f"{exc}. corral doctor: {problems}") from exc
         pool = WarmPool(host, self._pool_size)
         await pool.run(self._tg)
         self._host, self._pool = host, pool
