@@ -28,8 +28,7 @@ from corral.errors import Busy, SessionClosed, SessionExists, SessionNotFound, W
 
 if TYPE_CHECKING:
     from corral.engine._engine import Engine
-    from corral.sandbox import Worker
-    from corral.sandbox._holder_client import Holder
+    from corral.sandbox import Holder, Worker
 
 __all__ = ["Session", "SessionManager"]
 

@@ -1,0 +1,65 @@
+"""The layering of design.md §1, checked on the source: no upward or private cross-package
+imports. Each package knows only the ones below it, through their exported names."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "corral"
+
+# Lowest first; a package may import only packages listed before it (and corral's shared
+# top-level modules such as corral.errors, corral._limits, corral._fs, corral._config).
+LAYERS = ["sandbox", "engine", "sources", "tools", "mistral", "http", "mcp", "cli"]
+FRONT_ENDS = {"http", "mcp", "cli"}
+NUMERIC_MAY_IMPORT: set[str] = set()  # runs inside the sandbox: the standard library only
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return [n for n in names if n == "corral" or n.startswith("corral.")]
+
+
+def _package(path: Path) -> str | None:
+    parts = path.relative_to(SRC).parts
+    return parts[0] if len(parts) > 1 else None
+
+
+def _modules() -> list[Path]:
+    return sorted(SRC.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_respect_the_layers(path: Path) -> None:
+    own = _package(path)
+    problems: list[str] = []
+    for name in _imports(path):
+        parts = name.split(".")
+        target = parts[1] if len(parts) > 1 else None
+        if target is None or target not in LAYERS or target == own:
+            continue
+        cli_over_front_end = own == "cli" and target in FRONT_ENDS
+        upward = own in LAYERS and LAYERS.index(target) > LAYERS.index(own)
+        if upward and not cli_over_front_end:
+            problems.append(f"{name}: {own} may not import the layer above it")
+        if len(parts) > 2 and parts[2].startswith("_"):
+            problems.append(f"{name}: private module of another package")
+    assert not problems, problems
+
+
+def test_numeric_imports_only_the_standard_library() -> None:
+    names = _imports(SRC / "numeric.py")
+    assert set(names) <= {"corral"} | NUMERIC_MAY_IMPORT, names
+
+
+def test_the_layer_table_covers_every_package() -> None:
+    packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages == set(LAYERS)
