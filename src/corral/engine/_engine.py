@@ -170,6 +170,7 @@ class Engine:
                 raise
             raise IsolationError(f"{exc}. corral doctor: {problems}") from exc
         pool = WarmPool(host, self._pool_size)
+        self._scheduler.on_running = pool.set_running
         await pool.run(self._tg)
         self._host, self._pool = host, pool
         hello = host.hello

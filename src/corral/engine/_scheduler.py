@@ -69,6 +69,8 @@ class Scheduler:
         self._min_free = min_free_memory
         self._probe = memory_probe
         self._running = 0
+        self.on_running: Callable[[int], None] | None = None
+        """Told the number of running jobs whenever it changes (the warm pool listens)."""
         self._queue: deque[_Waiter] = deque()
         self._admitted = 0
         self._busy = 0
@@ -87,11 +89,16 @@ class Scheduler:
         while self._queue and self._running < self.capacity and self._memory_ok():
             waiter = self._queue.popleft()
             waiter.granted = True
-            self._running += 1
+            self._set_running(self._running + 1)
             waiter.event.set()
 
+    def _set_running(self, running: int) -> None:
+        self._running = running
+        if self.on_running is not None:
+            self.on_running(running)
+
     def _release(self) -> None:
-        self._running -= 1
+        self._set_running(self._running - 1)
         self._grant_waiting()
 
     def poke(self) -> None:
@@ -106,7 +113,7 @@ class Scheduler:
             Busy: the queue already holds ``queue_size`` jobs.
         """
         if not self._queue and self._running < self.capacity and self._memory_ok():
-            self._running += 1
+            self._set_running(self._running + 1)
         else:
             if len(self._queue) >= self.queue_size:
                 self._busy += 1

@@ -25,7 +25,7 @@ from corral.http._models import (
 from corral.http._multipart import MultipartReader
 from corral.http._responses import json_response
 from corral.http._sessions import not_found
-from corral.http._state import SessionAPI, State, caller_of, state_of
+from corral.http._state import SessionAPI, State, caller_of, require_caller, state_of
 from corral.http._transfers import (
     check_file_path,
     check_output,
@@ -41,7 +41,9 @@ from corral.http._transfers import (
 __all__ = ["router"]
 
 router = APIRouter(
-    prefix="/v1/ops/code_interpreter", route_class=MappedRoute, dependencies=[Depends(caller_of)]
+    prefix="/v1/ops/code_interpreter",
+    route_class=MappedRoute,
+    dependencies=[Depends(require_caller)],
 )
 
 

@@ -9,7 +9,7 @@ from corral.http._errors import RETRY_AFTER, MappedRoute
 from corral.http._metrics import CONTENT_TYPE
 from corral.http._responses import json_response
 from corral.http._sessions import not_found
-from corral.http._state import caller_of, state_of
+from corral.http._state import caller_of, require_caller, state_of
 
 __all__ = ["ExecuteRequest", "metrics_router", "router"]
 
@@ -31,7 +31,7 @@ metrics_router = APIRouter(route_class=MappedRoute)
 """Both modes: ``/metrics``."""
 
 
-@router.post("/v1/execute", dependencies=[Depends(caller_of)])
+@router.post("/v1/execute", dependencies=[Depends(require_caller)])
 async def execute(body: ExecuteRequest, request: Request) -> Response:
     """The full execution result of design.md §2; 503 with ``Retry-After`` when busy."""
     state, caller = state_of(request), caller_of(request)

@@ -24,7 +24,16 @@ if TYPE_CHECKING:
     from corral.http._sessions import Registry
     from corral.http._store import FileStore
 
-__all__ = ["EngineAPI", "FileLike", "Gateway", "SessionAPI", "State", "caller_of", "state_of"]
+__all__ = [
+    "EngineAPI",
+    "FileLike",
+    "Gateway",
+    "SessionAPI",
+    "State",
+    "caller_of",
+    "require_caller",
+    "state_of",
+]
 
 
 class FileLike(Protocol):
@@ -120,3 +129,8 @@ def caller_of(request: Request) -> Caller:
         request.state.caller = caller
     assert isinstance(caller, Caller)
     return caller
+
+
+async def require_caller(request: Request) -> Caller:
+    """``caller_of`` as a dependency; async, so FastAPI does not hop to its thread pool."""
+    return caller_of(request)

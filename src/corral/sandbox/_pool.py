@@ -31,12 +31,22 @@ class PoolStatistics:
 
 
 class WarmPool:
-    """Ready one-shot workers from one zygote."""
+    """Ready one-shot workers from one zygote.
 
-    def __init__(self, host: ZygoteHost, size: int) -> None:
+    At most ``size`` workers exist at once, ready or being prepared. Making one costs a fork
+    of the zygote and a few milliseconds of CPU, which would compete with the run that just
+    took a worker; so while at least ``low_water`` workers are ready and runs are executing,
+    refills wait for the runs to finish. Below the low-water mark they start at once.
+    """
+
+    def __init__(self, host: ZygoteHost, size: int, *, low_water: int = 1) -> None:
         self._host = host
         self.size = size
+        self._low_water = min(low_water, size)
         self._send, self._receive = anyio.create_memory_object_stream[Worker](size)
+        self._slots = anyio.Semaphore(size)
+        self._running = 0
+        self._changed = anyio.Event()
         self._spawned = 0
         self._failed = 0
 
@@ -44,35 +54,67 @@ class WarmPool:
         for _ in range(self.size):
             task_group.start_soon(self._refill)
 
+    def set_running(self, running: int) -> None:
+        """Tell the pool how many runs execute now (the engine calls this on every change)."""
+        self._running = running
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    @property
+    def ready(self) -> int:
+        return self._receive.statistics().current_buffer_used
+
+    async def _wait_for_quiet(self) -> None:
+        while self.ready >= self._low_water and self._running > 0:
+            await self._changed.wait()
+
     async def _refill(self) -> None:
         while not self._host.dead.is_set():
+            await self._slots.acquire()
             try:
-                worker = await self._host.spawn()
-                self._spawned += 1
-                try:
-                    await worker.wait_ready()
-                except BaseException:
-                    worker.close()
-                    raise
-            except WorkerError:
-                self._failed += 1
+                await self._wait_for_quiet()
+                worker = await self._prepare()
+            except BaseException:
+                self._slots.release()
+                raise
+            if worker is None:
+                self._slots.release()
                 if self._host.dead.is_set():
                     return
-                logger.exception("could not prepare a worker")
                 await anyio.sleep(0.1)  # back off; the supervisor replaces a broken zygote
                 continue
             try:
-                await self._send.send(worker)
+                self._send.send_nowait(worker)  # never full: a slot was held for it
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 worker.close()
+                self._slots.release()
                 return
+
+    async def _prepare(self) -> Worker | None:
+        try:
+            worker = await self._host.spawn()
+            self._spawned += 1
+            try:
+                await worker.wait_ready()
             except BaseException:
                 worker.close()
                 raise
+        except WorkerError:
+            self._failed += 1
+            if not self._host.dead.is_set():
+                logger.exception("could not prepare a worker")
+            return None
+        return worker
 
     async def take(self) -> Worker:
         """A ready worker; waits (within the caller's deadline) if none is ready."""
-        return await self._receive.receive()
+        worker = await self._receive.receive()
+        self._slots.release()
+        self._wake()
+        return worker
 
     def close(self) -> None:
         self._send.close()
@@ -82,8 +124,7 @@ class WarmPool:
             except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
                 break
         self._receive.close()
+        self._wake()
 
     def statistics(self) -> PoolStatistics:
-        return PoolStatistics(
-            self.size, self._receive.statistics().current_buffer_used, self._spawned, self._failed
-        )
+        return PoolStatistics(self.size, self.ready, self._spawned, self._failed)

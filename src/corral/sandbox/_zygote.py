@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         _send(ctl, {"t": "failed", "error": f"{type(exc).__name__}: {exc}"})
         sys.exit(1)
 
+    _runner.warm_up_zygote()
     gc.collect()
     gc.freeze()  # keep the collector from dirtying every inherited page in each worker
     read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
