@@ -105,10 +105,16 @@ class Results:
 
 
 def zygote_pid(engine: Engine) -> int:
-    host = engine._host  # the brief's sanctioned way to find the zygote
-    if host is None or host.pid is None:
+    """The full zygote (numpy, pandas and matplotlib preloaded): the RSS target's subject."""
+    return zygote_pids(engine)["full"]
+
+
+def zygote_pids(engine: Engine) -> dict[str, int]:
+    """Every zygote by flavour; stdlib-only code such as print(6*7) runs from "lean"."""
+    pids = {name: host.pid for name, host in engine._hosts().items() if host.pid is not None}
+    if "full" not in pids:
         raise BenchError("the engine has no zygote")
-    return host.pid
+    return pids
 
 
 async def wait_idle(engine: Engine, within: float = _IDLE_TIMEOUT) -> float:
@@ -120,7 +126,7 @@ async def wait_idle(engine: Engine, within: float = _IDLE_TIMEOUT) -> float:
             if (
                 stats.pool_ready >= stats.pool_size
                 and stats.running == 0
-                and corral_quiet(zygote_pid(engine))
+                and all(corral_quiet(pid) for pid in zygote_pids(engine).values())
             ):
                 return time.perf_counter() - started
             await anyio.sleep(_POLL)
@@ -278,13 +284,21 @@ async def measure_jupyter(args: argparse.Namespace, res: Results) -> None:
 # throughput --------------------------------------------------------------------------------
 
 
+def _zygotes_cpu_ms(pids: list[int]) -> tuple[float, float]:
+    own, kids = 0.0, 0.0
+    for pid in pids:
+        pid_own, pid_kids = proc_cpu_ms(pid)
+        own, kids = own + pid_own, kids + pid_kids
+    return own, kids
+
+
 async def measure_throughput(engine: Engine, args: argparse.Namespace, res: Results) -> None:
     await wait_idle(engine)
-    zpid = zygote_pid(engine)
+    zpids = list(zygote_pids(engine).values())
     outcomes: Counter[str] = Counter()
     bad: list[str] = []
     own0 = os.times()
-    z_own0, z_kids0 = proc_cpu_ms(zpid)
+    z_own0, z_kids0 = _zygotes_cpu_ms(zpids)
     busy0 = machine_busy_ms()
     started = anyio.current_time()
     stop = started + args.seconds
@@ -302,7 +316,7 @@ async def measure_throughput(engine: Engine, args: argparse.Namespace, res: Resu
             tg.start_soon(client)
     elapsed = anyio.current_time() - started
     own1 = os.times()
-    z_own1, z_kids1 = proc_cpu_ms(zpid)
+    z_own1, z_kids1 = _zygotes_cpu_ms(zpids)
     busy1 = machine_busy_ms()
     runs = max(1, sum(outcomes.values()))
     engine_ms = ((own1.user + own1.system) - (own0.user + own0.system)) * 1000.0
@@ -330,13 +344,16 @@ async def measure_throughput(engine: Engine, args: argparse.Namespace, res: Resu
 async def measure_memory(engine: Engine, res: Results) -> None:
     await wait_idle(engine)
     zpid = zygote_pid(engine)
-    ready = [pid for pid in children(zpid) if blocked_reading(pid, WORKER_PROTOCOL_FD)]
+    # print(6*7) is served by the lean zygote's workers when there is one.
+    print_zygote = zygote_pids(engine).get("lean", zpid)
+    ready = [pid for pid in children(print_zygote) if blocked_reading(pid, WORKER_PROTOCOL_FD)]
     ready_kb = [kb for kb in (private_kb(pid) for pid in ready) if kb is not None]
     memory: dict[str, Any] = {
         "zygote_pid": zpid,
         "zygote_vmrss_kb": status_kb(zpid, "VmRSS"),
         "zygote_rss_anon_kb": status_kb(zpid, "RssAnon"),
         "zygote_rss_file_kb": status_kb(zpid, "RssFile"),
+        "lean_zygote_vmrss_kb": status_kb(print_zygote, "VmRSS") if print_zygote != zpid else None,
         "ready_workers": len(ready),
         "ready_worker_private_kb": ready_kb,
     }
@@ -347,7 +364,7 @@ async def measure_memory(engine: Engine, res: Results) -> None:
     async def sample() -> None:
         with anyio.move_on_after(0.5):
             while True:
-                asleep = [p for p in children(zpid) if in_sleep(p)]
+                asleep = [p for p in children(print_zygote) if in_sleep(p)]
                 if asleep:
                     kb = private_kb(asleep[0])
                     if kb is not None:
@@ -524,7 +541,13 @@ def report(res: Results, args: argparse.Namespace) -> str:
     file_backed = (mem["zygote_rss_file_kb"] or 0) / _MIB
     out.append(
         f"Memory: zygote VmRSS {zygote_mib:.1f} MiB (anon {anon:.1f}, file {file_backed:.1f}); "
-        f"{mem['ready_workers']} ready workers for a pool of {info['pool_size']}, private MiB: "
+        + (
+            f"lean zygote VmRSS {mem['lean_zygote_vmrss_kb'] / 1024:.1f} MiB; "
+            if mem.get("lean_zygote_vmrss_kb")
+            else ""
+        )
+        + f"print workers: "
+        f"{mem['ready_workers']} ready of {info['pool_size']} pooled in all, private MiB: "
         f"[{ready}]; a worker after running print(6*7): "
         + (f"{after / _MIB:.2f} MiB private" if after is not None else "not sampled")
     )
@@ -591,8 +614,10 @@ def set_nice(pids: list[int], value: int) -> None:
 def _ours(engine: Engine | None) -> list[int]:
     if engine is None:
         return [os.getpid()]
-    zpid = zygote_pid(engine)
-    return [os.getpid(), zpid, *children(zpid)]
+    pids = [os.getpid()]
+    for zpid in zygote_pids(engine).values():
+        pids += [zpid, *children(zpid)]
+    return pids
 
 
 async def run(args: argparse.Namespace) -> Results:
@@ -616,7 +641,7 @@ async def run(args: argparse.Namespace) -> Results:
                 for code in (PRINT, PANDAS):
                     await corral_once(engine, code, warm_phases)
             await measure_memory(engine, res)
-            meter = CpuMeter([zygote_pid(engine)])
+            meter = CpuMeter(list(zygote_pids(engine).values()))
             await measure_latency(engine, args, res)
             res.info["foreign_cpu_share"] = meter.foreign_share()
             runs = sum(len(s.values) for k, s in res.latency.items() if k.startswith("corral"))

@@ -81,16 +81,19 @@ def _descendants_of_workers(zygote: int) -> set[int]:
 @pytest.fixture
 async def no_leftovers(engine: Engine) -> AsyncIterator[None]:
     """Fail if a test leaves processes behind that its worker started."""
-    assert engine._host is not None
-    zygote = engine._host.pid
-    assert zygote is not None
-    assert _descendants_of_workers(zygote) == set()
+    zygotes = [host.pid for host in engine._hosts().values() if host.pid is not None]
+    assert zygotes
+
+    def leftovers() -> set[int]:
+        return set().union(*(_descendants_of_workers(zygote) for zygote in zygotes))
+
+    assert leftovers() == set()
     yield
     with anyio.move_on_after(5):
         # The kernel tears a dead pid namespace down asynchronously; nothing signals it.
-        while _descendants_of_workers(zygote):  # noqa: ASYNC110
+        while leftovers():  # noqa: ASYNC110
             await anyio.sleep(0.02)
-    assert _descendants_of_workers(zygote) == set(), "processes outlived their run"
+    assert leftovers() == set(), "processes outlived their run"
 
 
 def test_the_guard_refuses_outside_the_sandbox() -> None:

@@ -24,7 +24,8 @@ from corral.engine._outcome import build_result
 from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outcome
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
 from corral.engine._session import Session, SessionManager
-from corral.errors import Busy, EngineClosed, IsolationError, WorkerError, ZygoteUnavailable
+from corral.engine._zygotes import Zygote, stdlib_only
+from corral.errors import Busy, EngineClosed, WorkerError, ZygoteUnavailable
 from corral.sandbox import (
     DEFAULT_PRELOAD,
     Holder,
@@ -32,7 +33,6 @@ from corral.sandbox import (
     Worker,
     WorkerReport,
     ZygoteHost,
-    doctor,
 )
 
 __all__ = ["Engine", "EngineStatistics"]
@@ -40,7 +40,6 @@ __all__ = ["Engine", "EngineStatistics"]
 logger = logging.getLogger("corral.engine")
 
 SANDBOX_OUTER_ID = 65534  # the host uid and gid every worker runs as
-_RESTART_BACKOFF = 0.5  # seconds between zygote restarts, so a broken host cannot spin
 _MEMORY_POKE = 0.1  # seconds between memory-gate re-checks while jobs wait
 
 
@@ -58,22 +57,6 @@ class EngineStatistics:
     zygote_restarts: int
     runs_by_outcome: dict[str, int]
     scheduler: SchedulerStatistics
-
-
-async def _probe(host: ZygoteHost) -> None:
-    """Refuse to start unless one worker can be built: a host without user namespaces (say)
-    must fail here, with a reason, rather than time out every run later."""
-    try:
-        worker = await host.spawn()
-        try:
-            await worker.wait_ready()
-        finally:
-            worker.close()
-    except WorkerError as exc:
-        await host.aclose()
-        raise IsolationError(
-            f"cannot start an isolated worker ({exc}); `corral doctor` shows what is missing"
-        ) from exc
 
 
 class Engine:
@@ -95,6 +78,8 @@ class Engine:
         session_idle_timeout: float = 600.0,
         session_disk_bytes: int = 256 * 1024 * 1024,
         min_free_memory: int = 256 * 1024 * 1024,
+        lean: bool = True,
+        lean_preload: Sequence[str] = (),
     ) -> None:
         self.capacity = capacity or os.cpu_count() or 1
         self.limits = limits
@@ -104,12 +89,12 @@ class Engine:
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.session_idle_timeout = session_idle_timeout
         self.session_disk_bytes = session_disk_bytes
-        self._host: ZygoteHost | None = None
-        self._pool: WarmPool | None = None
+        self._full = Zygote(preload, limits, self._pool_size)
+        self._lean = Zygote(lean_preload, limits, self._pool_size) if lean else None
+        self._closing_event = anyio.Event()
         self._stack: contextlib.AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
-        self._restarts = 0
         self._outcomes: Counter[str] = Counter()
         self.runtime = ""
         self._sessions: SessionManager | None = None
@@ -148,75 +133,64 @@ class Engine:
         self._tg.start_soon(self._supervise)
         self._tg.start_soon(self._sessions.expire_loop)
 
+    def _zygotes(self) -> list[Zygote]:
+        return [z for z in (self._full, self._lean) if z is not None]
+
     async def _start_zygote(self) -> None:
         assert self._tg is not None
-        limits = self.limits
-        host = ZygoteHost(
-            preload=self._preload,
-            max_file_bytes=limits.max_file_bytes,
-            static={
-                "work_bytes": limits.work_bytes,
-                "pids": limits.pids,
-                "file_bytes": limits.file_bytes,
-                "open_files": limits.open_files,
-            },
-        )
-        try:
-            await host.start(self._tg)
-            await _probe(host)
-        except IsolationError as exc:
-            problems = "; ".join((await anyio.to_thread.run_sync(doctor)).problems)
-            if not problems:
-                raise
-            raise IsolationError(f"{exc}. corral doctor: {problems}") from exc
-        pool = WarmPool(host, self._pool_size)
-        self._scheduler.on_running = pool.set_running
-        await pool.run(self._tg)
-        self._host, self._pool = host, pool
-        hello = host.hello
+        for zygote in self._zygotes():
+            await zygote.start(self._tg)
+        self._scheduler.on_running = self._note_running
+        assert self._full.host is not None
+        hello = self._full.host.hello
         versions = "; ".join(f"{k} {v}" for k, v in sorted(hello.get("versions", {}).items()))
         self.runtime = f"corral {corral.__version__}; python {hello.get('python', '?')}" + (
             f"; {versions}" if versions else ""
         )
 
+    def _note_running(self, running: int) -> None:
+        for zygote in self._zygotes():
+            zygote.set_running(running)
+
     async def _supervise(self) -> None:
-        while not self._closing:
-            host = self._host
-            assert host is not None
-            with anyio.move_on_after(_MEMORY_POKE):
-                await host.dead.wait()
-            self._scheduler.poke()
-            if not host.dead.is_set() or self._closing:
-                continue
-            logger.error("zygote %s died; restarting it", host.pid)
-            if self._pool is not None:
-                self._pool.close()
-            await host.aclose()
-            self._restarts += 1
+        assert self._tg is not None
+        async with anyio.create_task_group() as tg:
+            for zygote in self._zygotes():
+                tg.start_soon(zygote.supervise, self._tg, self._closing_event)
             while not self._closing:
-                try:
-                    await self._start_zygote()
-                    break
-                except WorkerError:
-                    logger.exception("zygote restart failed")
-                    await anyio.sleep(_RESTART_BACKOFF)
+                await anyio.sleep(_MEMORY_POKE)
+                self._scheduler.poke()
+            tg.cancel_scope.cancel()
 
     async def aclose(self) -> None:
         """Stop admitting work, stop sessions and workers, stop the zygote; idempotent."""
         if self._stack is None or self._closing:
             return
         self._closing = True
+        self._closing_event.set()
         with anyio.CancelScope(shield=True):
             if self._sessions is not None:
                 await self._sessions.close_all()
-            if self._pool is not None:
-                self._pool.close()
-            if self._host is not None:
-                await self._host.aclose()
+            for zygote in self._zygotes():
+                await zygote.aclose()
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
         await self._stack.aclose()
         self._stack = None
+
+    @property
+    def _host(self) -> ZygoteHost | None:
+        """The full zygote's host (diagnostics and benchmarks)."""
+        return self._full.host
+
+    @property
+    def _pool(self) -> WarmPool | None:
+        return self._full.pool
+
+    def _hosts(self) -> dict[str, ZygoteHost]:
+        """Every running zygote's host by flavour, "full" first (diagnostics and benchmarks)."""
+        named = {"full": self._full, "lean": self._lean}
+        return {k: z.host for k, z in named.items() if z is not None and z.host is not None}
 
     @property
     def running(self) -> bool:
@@ -309,7 +283,10 @@ class Engine:
     async def _one_shot(
         self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
     ) -> ExecutionResult:
-        pool, host = self._pool, self._host
+        zygote = self._full
+        if self._lean is not None and not inputs and stdlib_only(code):
+            zygote = self._lean
+        pool, host = zygote.pool, zygote.host
         if pool is None or host is None:
             raise EngineClosed("the engine has no worker pool")
         try:
@@ -407,9 +384,10 @@ class Engine:
         Raises:
             ZygoteUnavailable: no zygote is running.
         """
-        if self._host is None:
+        host = self._full.host
+        if host is None:
             raise ZygoteUnavailable("no zygote")
-        return await self._host.spawn_holder(self.session_disk_bytes)
+        return await host.spawn_holder(self.session_disk_bytes)
 
     def forget_session(self, session_id: str) -> None:
         if self._sessions is not None:
@@ -423,17 +401,17 @@ class Engine:
         self._outcomes[outcome] += 1
 
     def statistics(self) -> EngineStatistics:
-        pool = self._pool.statistics() if self._pool is not None else None
+        pools = [z.pool.statistics() for z in self._zygotes() if z.pool is not None]
         sched = self._scheduler.statistics()
         return EngineStatistics(
             capacity=sched.capacity,
             running=sched.running,
             queued=sched.queued,
             queue_size=sched.queue_size,
-            pool_size=self._pool_size,
-            pool_ready=pool.ready if pool else 0,
+            pool_size=sum(p.size for p in pools),
+            pool_ready=sum(p.ready for p in pools),
             sessions=len(self.sessions()),
-            zygote_restarts=self._restarts,
+            zygote_restarts=sum(z.restarts for z in self._zygotes()),
             runs_by_outcome=dict(self._outcomes),
             scheduler=sched,
         )

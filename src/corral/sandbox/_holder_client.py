@@ -48,13 +48,16 @@ class Holder:
             for fd in fds:
                 os.close(fd)
             if message is None:
-                raise WorkerCrashed(f"session holder {self.pid} exited: {self._said()}")
+                raise WorkerCrashed(f"session holder {self.pid} exited: {await self._said()}")
             if message.get("t") == "exited":
                 self.interpreter_alive = False
             return message
         raise WorkerCrashed(f"session holder {self.pid} did not answer")
 
-    def _said(self) -> str:
+    async def _said(self) -> str:
+        """What the holder wrote to stderr before it died (it writes once, then exits)."""
+        with anyio.move_on_after(1):
+            await anyio.wait_readable(self._err)
         try:
             os.set_blocking(self._err, False)
             return os.read(self._err, 4096).decode(errors="replace").strip()

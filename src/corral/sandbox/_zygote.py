@@ -19,6 +19,10 @@ import socket
 import sys
 from typing import Any
 
+# Imported here, as root: after dropping privileges the zygote may not be able to read its
+# own source (a checkout under /root, say), and every child needs these.
+from corral.sandbox._holder import holder_main
+from corral.sandbox._runner import worker_main
 from corral.sandbox._seqpacket import receive as _recv
 from corral.sandbox._seqpacket import send as _send
 
@@ -71,8 +75,6 @@ def _spawn(
             os.dup2(fds[0], 3)
             os.closerange(4, 1 << 20)
             if session:
-                from corral.sandbox._holder import holder_main
-
                 holder_main(
                     template=layout[0],
                     staged=layout[1],
@@ -82,8 +84,6 @@ def _spawn(
                     outer_gid=gid,
                     static=static,
                 )
-            from corral.sandbox._runner import worker_main
-
             worker_main(
                 template=layout[0],
                 staged=layout[1],
@@ -92,6 +92,8 @@ def _spawn(
                 outer_gid=gid,
                 static=static,
             )
+        except BaseException as exc:  # noqa: BLE001 - say why on stderr, then exit
+            os.write(2, f"corral worker could not start: {type(exc).__name__}: {exc}\n".encode())
         finally:
             os._exit(71)
     for fd in fds:

@@ -1,0 +1,138 @@
+"""The engine's zygotes: each one a supervised fork server with its own warm pool.
+
+The full zygote has the preload set (numpy, pandas, matplotlib) imported; a lean one has only
+the runner. Forking costs in proportion to the parent's memory, so code that imports nothing
+beyond the standard library runs from the lean zygote's workers: the same isolation, the same
+runtime on disk, a third of the fork cost. Anything else, and every session, uses the full one.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import sys
+from collections.abc import Sequence
+
+import anyio
+import anyio.abc
+
+from corral._limits import Limits
+from corral.errors import IsolationError, WorkerError
+from corral.sandbox import WarmPool, ZygoteHost, doctor
+
+__all__ = ["Zygote", "stdlib_only"]
+
+logger = logging.getLogger("corral.engine")
+
+_RESTART_BACKOFF = 0.5  # seconds between zygote restarts, so a broken host cannot spin
+_STDLIB = frozenset(sys.stdlib_module_names)
+
+
+def stdlib_only(code: str) -> bool:
+    """True when every import the code states is of the standard library.
+
+    Dynamic imports still work from a lean worker, only without the preloaded head start.
+    """
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return True  # it fails the same way anywhere: fail fast
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                return False
+            names = [node.module or ""]
+        else:
+            continue
+        if any(name.partition(".")[0] not in _STDLIB for name in names):
+            return False
+    return True
+
+
+async def _probe(host: ZygoteHost) -> None:
+    """Refuse to start unless one worker can be built: a host without user namespaces (say)
+    must fail here, with a reason, rather than time out every run later."""
+    try:
+        worker = await host.spawn()
+        try:
+            await worker.wait_ready()
+        finally:
+            worker.close()
+    except WorkerError as exc:
+        await host.aclose()
+        raise IsolationError(
+            f"cannot start an isolated worker ({exc}); `corral doctor` shows what is missing"
+        ) from exc
+
+
+class Zygote:
+    """One zygote process, restarted when it dies, and its pool of ready workers."""
+
+    def __init__(self, preload: Sequence[str], limits: Limits, pool_size: int) -> None:
+        self.preload = tuple(preload)
+        self._limits = limits
+        self._pool_size = pool_size
+        self.host: ZygoteHost | None = None
+        self.pool: WarmPool | None = None
+        self.restarts = 0
+        self._running = 0
+
+    async def start(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Raises: IsolationError (with doctor's reasons), ZygoteUnavailable."""
+        limits = self._limits
+        host = ZygoteHost(
+            preload=self.preload,
+            max_file_bytes=limits.max_file_bytes,
+            static={
+                "work_bytes": limits.work_bytes,
+                "pids": limits.pids,
+                "file_bytes": limits.file_bytes,
+                "open_files": limits.open_files,
+            },
+        )
+        try:
+            await host.start(task_group)
+            await _probe(host)
+        except IsolationError as exc:
+            problems = "; ".join((await anyio.to_thread.run_sync(doctor)).problems)
+            if not problems:
+                raise
+            raise IsolationError(f"{exc}. corral doctor: {problems}") from exc
+        pool = WarmPool(host, self._pool_size)
+        pool.set_running(self._running)
+        await pool.run(task_group)
+        self.host, self.pool = host, pool
+
+    def set_running(self, running: int) -> None:
+        self._running = running
+        if self.pool is not None:
+            self.pool.set_running(running)
+
+    async def supervise(self, task_group: anyio.abc.TaskGroup, closing: anyio.Event) -> None:
+        """Replace the zygote whenever it dies, until ``closing`` is set."""
+        while not closing.is_set():
+            host = self.host
+            assert host is not None
+            await host.dead.wait()
+            if closing.is_set():
+                return
+            logger.error("zygote %s died; restarting it", host.pid)
+            if self.pool is not None:
+                self.pool.close()
+            await host.aclose()
+            self.restarts += 1
+            while not closing.is_set():
+                try:
+                    await self.start(task_group)
+                    break
+                except WorkerError:
+                    logger.exception("zygote restart failed")
+                    await anyio.sleep(_RESTART_BACKOFF)
+
+    async def aclose(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+        if self.host is not None:
+            await self.host.aclose()
