@@ -19,7 +19,7 @@ import anyio.abc
 import corral
 from corral._limits import DEFAULT_LIMITS, Limits
 from corral.engine._inputs import Input, RunEventSink
-from corral.engine._job import Job, cancel_on, request_for, validate_request
+from corral.engine._job import Job, request_for, validate_request, watch_cancel
 from corral.engine._outcome import build_result
 from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outcome
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
@@ -254,17 +254,14 @@ class Engine:
         deadline = anyio.current_time() + limits.timeout
         result: ExecutionResult | None = None
         try:
-            async with anyio.create_task_group() as tg:
-                with anyio.CancelScope(deadline=deadline) as scope:
-                    if cancel is not None:
-                        tg.start_soon(cancel_on, cancel, scope, job)
+            with anyio.CancelScope(deadline=deadline) as scope:
+                async with watch_cancel(cancel, scope, job):
                     try:
                         async with self._scheduler.slot(on_queued=job.queued):
                             job.admitted()
                             result = await self._one_shot(job, code, inputs, evidence)
                     except Busy as exc:
                         result = self.refuse("busy", str(exc), evidence, started)
-                tg.cancel_scope.cancel()
         except anyio.get_cancelled_exc_class():
             self._outcomes["cancelled"] += 1  # the caller's own scope: it gets no result
             raise

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
@@ -15,7 +16,7 @@ from corral.engine._outcome import Capture, build_result
 from corral.engine._result import Evidence, ExecutionResult, Outcome
 from corral.sandbox import Worker
 
-__all__ = ["Job", "cancel_on", "request_for", "validate_request"]
+__all__ = ["Job", "cancel_on", "request_for", "validate_request", "watch_cancel"]
 
 
 def validate_request(code: str, inputs: Sequence[Input], limits: Limits) -> str:
@@ -57,6 +58,25 @@ def request_for(
             for i in inputs
         ],
     }
+
+
+@contextlib.asynccontextmanager
+async def watch_cancel(
+    event: anyio.Event | None, scope: anyio.CancelScope, job: Job
+) -> AsyncIterator[None]:
+    """Cancel ``scope`` when ``event`` is set, for the duration of the block.
+
+    Only then is there a watcher task: most runs are never cancelled explicitly.
+    """
+    if event is None:
+        yield
+        return
+    async with anyio.create_task_group() as watcher:
+        watcher.start_soon(cancel_on, event, scope, job)
+        try:
+            yield
+        finally:
+            watcher.cancel_scope.cancel()
 
 
 async def cancel_on(event: anyio.Event, scope: anyio.CancelScope, job: Job) -> None:

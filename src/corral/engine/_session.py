@@ -22,7 +22,7 @@ from corral._fs import FileEntry
 from corral._limits import Limits
 from corral.engine._files import SessionFiles
 from corral.engine._inputs import RunEventSink
-from corral.engine._job import Job, cancel_on, validate_request
+from corral.engine._job import Job, validate_request, watch_cancel
 from corral.engine._result import Evidence, ExecutionResult, FileInfo, Outcome
 from corral.errors import Busy, SessionClosed, SessionExists, SessionNotFound, WorkerError
 
@@ -90,10 +90,8 @@ class Session:
         job = Job(started, limits, on_event)
         result: ExecutionResult | None = None
         deadline = anyio.current_time() + limits.timeout
-        async with anyio.create_task_group() as tg:
-            with anyio.CancelScope(deadline=deadline) as scope:
-                if cancel is not None:
-                    tg.start_soon(cancel_on, cancel, scope, job)
+        with anyio.CancelScope(deadline=deadline) as scope:
+            async with watch_cancel(cancel, scope, job):
                 try:
                     async with self._lock:
                         self._check_open()
@@ -102,7 +100,6 @@ class Session:
                             result = await self._execute(job, code, evidence)
                 except Busy as exc:
                     result = self._engine.refuse("busy", str(exc), evidence, started)
-            tg.cancel_scope.cancel()
         if result is None:
             result = await self._stopped(job, evidence)
         self._engine.count_outcome(result.outcome)

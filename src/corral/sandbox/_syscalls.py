@@ -72,7 +72,17 @@ _PR_SET_CHILD_SUBREAPER = 36
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _SECCOMP_MODE_FILTER = 2
-_CAP_LAST = 63
+
+
+def _last_capability() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as last:
+            return int(last.read())
+    except (OSError, ValueError):
+        return 63  # the most a 64-bit capability set can hold
+
+
+_CAP_LAST = _last_capability()
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 _SYSCALLS = {
