@@ -68,7 +68,7 @@ def _spawn(
             for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
-            null = os.open("/dev/null", os.O_RDONLY)
+            null = os.open(f"{layout[0]}/dev/null", os.O_RDONLY)
             os.dup2(null, 0)
             os.dup2(fds[1], 1)
             os.dup2(fds[2], 2)
@@ -156,13 +156,14 @@ def main(argv: list[str] | None = None) -> None:
         import corral.numeric  # noqa: F401 - importable inside the sandbox at no cost
         from corral.sandbox import _runner
         from corral.sandbox._cell import install_display
-        from corral.sandbox._rootfs import build_template, runtime_paths
+        from corral.sandbox._rootfs import build_template, enter_base, runtime_paths
         from corral.sandbox._seccomp import build_policy_bpf
 
         install_display(_runner.DISPLAY)
         bpf = build_policy_bpf()
         sc.unshare(0x00020000)
-        layout = build_template(runtime_paths())
+        template, staged = build_template(runtime_paths())
+        layout = (enter_base(template), staged)
         _drop_privileges(args.uid, args.gid)
     except BaseException as exc:  # noqa: BLE001 - the engine turns this into IsolationError
         _send(ctl, {"t": "failed", "error": f"{type(exc).__name__}: {exc}"})
