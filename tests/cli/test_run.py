@@ -1,0 +1,100 @@
+"""``corral run`` and ``corral doctor`` as a user types them (design.md §3): real workers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CORRAL = str(Path(sys.executable).with_name("corral"))
+NORTHSTAR = Path(__file__).resolve().parents[2] / "examples" / "northstar.xlsx"
+
+pytestmark = pytest.mark.isolation
+
+
+def corral(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CORRAL, *args], input=stdin, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_ok_prints_stdout_and_exits_0() -> None:
+    done = corral("run", "-c", "print(6 * 7)")
+    assert (done.returncode, done.stdout) == (0, "42\n")
+
+
+def test_python_error_exits_1_with_the_traceback() -> None:
+    done = corral("run", "-c", "1/0")
+    assert done.returncode == 1
+    assert "ZeroDivisionError: division by zero" in done.stderr
+
+
+def test_invalid_input_exits_2() -> None:
+    too_long = corral("run", "-c", "x = 1\n" * 5000)  # 30,000 characters > 20,000
+    assert too_long.returncode == 2
+    missing = corral("run", "/nonexistent/script.py")
+    assert missing.returncode == 2
+    assert "No such file" in missing.stderr
+    both = corral("run", "file.py", "-c", "1")
+    assert both.returncode == 2
+
+
+def test_timeout_exits_3_and_says_so() -> None:
+    done = corral("run", "--timeout", "1", "-c", "while True: pass")
+    assert done.returncode == 3
+    assert "1 s time limit" in done.stderr
+
+
+def test_json_is_the_full_result() -> None:
+    done = corral("run", "--json", "-c", "print('hi')\n6 * 7")
+    result = json.loads(done.stdout)
+    assert done.returncode == 0
+    assert (result["status"], result["outcome"], result["stdout"]) == ("SUCCESS", "ok", "hi\n")
+    assert result["result"] == {"text/plain": "42"}
+    assert set(result) >= {"display", "files", "omitted", "error", "elapsed_ms", "evidence"}
+
+
+def test_code_from_a_file_and_from_stdin(tmp_path: Path) -> None:
+    script = tmp_path / "script.py"
+    script.write_text("print('from a file')\n")
+    assert corral("run", str(script)).stdout == "from a file\n"
+    assert corral("run", "-", stdin="print('from stdin')\n").stdout == "from stdin\n"
+
+
+def test_source_mounts_the_northstar_workbook() -> None:
+    code = (
+        "import pandas as pd\n"
+        "asset = next(iter(input_assets.values()))\n"
+        "print(pd.read_excel(asset['original'])['Measured runtime (hours)'].mean())\n"
+        "print(open(next(iter(input_files.values()))).read().splitlines()[1:4])"
+    )
+    done = corral("run", "--json", "--source", str(NORTHSTAR), "-c", code)
+    result = json.loads(done.stdout)
+    assert result["outcome"] == "ok", result["stderr"]
+    lines = result["stdout"].splitlines()
+    assert lines[0] == "8.25"
+    assert "Prototype A,9" in lines[1]
+    assert "Prototype B,7.5" in lines[1]
+    (evidence,) = result["evidence"]["inputs"]
+    assert len(evidence["sha256"]) == 64
+    assert len(evidence["original_sha256"]) == 64
+
+
+def test_an_unsupported_source_exits_2(tmp_path: Path) -> None:
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"\x00\x01\x02")
+    done = corral("run", "--source", str(binary), "-c", "1")
+    assert done.returncode == 2
+
+
+def test_doctor_json_reports_the_features() -> None:
+    done = corral("doctor", "--json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0
+    assert report["ok"] is True
+    names = {feature["name"] for feature in report["features"]}
+    assert {"namespaces", "seccomp", "libseccomp", "pidfd"} <= names
+    assert "ptrace" in report["seccomp_denied"]
