@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,13 @@ class Limits:
 
     def as_dict(self) -> dict[str, float | int]:
         """The limits as plain JSON-ready data, for evidence records."""
-        return dataclasses.asdict(self)
+        return dict(_as_dict(self))
+
+
+@functools.lru_cache(maxsize=64)
+def _as_dict(limits: Limits) -> tuple[tuple[str, float | int], ...]:
+    # Every run records its limits; dataclasses.asdict is slow enough to show per run.
+    return tuple((field.name, getattr(limits, field.name)) for field in dataclasses.fields(limits))
 
 
 DEFAULT_LIMITS = Limits()
