@@ -13,10 +13,10 @@ from typing import Any
 
 from corral._limits import Limits
 from corral.engine import Engine, ExecutionResult, Input, Outcome
-from corral.errors import QuotaExceeded, SourceError
+from corral.errors import SourceError
 from corral.tools._code_config import DEFAULT_CODE_INTERPRETER_CONFIG, CodeInterpreterConfig
-from corral.tools._invocation import Invocation
-from corral.tools._progress import ProgressEvent, ProgressReporter, ProgressSink
+from corral.tools._invocation import Invocation, admit_call, start_call
+from corral.tools._progress import ProgressReporter
 from corral.tools._registry import ToolRegistry
 from corral.tools._render import CallFacts, render_execution
 from corral.tools._result import ToolResult
@@ -133,23 +133,14 @@ class _Handler:
             )
         code, summary = arguments.get("code"), arguments.get("summary", "")
         ids = arguments.get("sourceIds", [])
-        sinks: list[ProgressSink] = [invocation.report]
-        if context.progress is not None:
-            sinks.append(_forward(context.progress))
-        reporter = ProgressReporter(CODE_INTERPRETER, sinks)
-        reporter.requested()
+        reporter = start_call(CODE_INTERPRETER, invocation, context.progress)
         limits = self._config.limits(self._engine.limits)
         if not isinstance(code, str) or not isinstance(summary, str):
             result = self._refuse("invalid_input", "summary and code must be strings", "", limits)
-        elif invocation.cancelled.is_set():
-            result = self._refuse("cancelled", "the run was cancelled", code, limits)
+        elif (refusal := admit_call(invocation, reporter)) is not None:
+            result = self._refuse(*refusal, code, limits)
         else:
-            try:
-                reporter.call = invocation.admit()
-            except QuotaExceeded as exc:
-                result = self._refuse("quota_exceeded", str(exc), code, limits)
-            else:
-                result = await self._admitted(invocation, reporter, code, ids, limits)
+            result = await self._admitted(invocation, reporter, code, ids, limits)
         reporter.finished(result)
         facts = CallFacts(
             tool=CODE_INTERPRETER,
@@ -190,13 +181,6 @@ class _Handler:
             on_event=reporter.on_run_event,
             cancel=invocation.cancelled,
         )
-
-
-def _forward(progress: Callable[[dict[str, Any]], None]) -> ProgressSink:
-    def sink(event: ProgressEvent) -> None:
-        progress(dict(event))
-
-    return sink
 
 
 def code_interpreter_tool(

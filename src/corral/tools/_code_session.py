@@ -15,10 +15,10 @@ import anyio
 
 from corral._limits import Limits
 from corral.engine import Engine, ExecutionResult, Outcome, Session
-from corral.errors import Busy, QuotaExceeded, SessionClosed, WorkerError
+from corral.errors import Busy, SessionClosed, WorkerError
 from corral.tools._code_config import DEFAULT_CODE_INTERPRETER_CONFIG, CodeInterpreterConfig
-from corral.tools._invocation import Invocation
-from corral.tools._progress import ProgressReporter, ProgressSink
+from corral.tools._invocation import Invocation, admit_call, start_call
+from corral.tools._progress import ProgressReporter
 from corral.tools._render import CallFacts, render_execution
 from corral.tools._result import TextContent, ToolResult
 from corral.tools._tool import Tool, ToolAnnotations, ToolContext
@@ -111,22 +111,13 @@ class _Handler:
                 content=(TextContent(type="text", text=text),),
                 details={"tool": CODE_SESSION, "reset": bool(notes)},
             )
-        sinks: list[ProgressSink] = [invocation.report]
-        if context.progress is not None:
-            progress = context.progress
-            sinks.append(lambda event: progress(dict(event)))
-        reporter = ProgressReporter(CODE_SESSION, sinks)
-        reporter.requested()
+        reporter = start_call(CODE_SESSION, invocation, context.progress)
         limits = self._config.limits(self._engine.limits)
-        if invocation.cancelled.is_set():
-            result = self._refuse("cancelled", "the run was cancelled", code, limits)
+        refusal = admit_call(invocation, reporter)
+        if refusal is not None:
+            result = self._refuse(*refusal, code, limits)
         else:
-            try:
-                reporter.call = invocation.admit()
-            except QuotaExceeded as exc:
-                result = self._refuse("quota_exceeded", str(exc), code, limits)
-            else:
-                result = await self._run(invocation, slot, reporter, code, limits, notes)
+            result = await self._run(invocation, slot, reporter, code, limits, notes)
         reporter.finished(result)
         facts = CallFacts(
             tool=CODE_SESSION,

@@ -10,11 +10,12 @@ from typing import Any
 
 import anyio
 
+from corral.engine import Outcome
 from corral.errors import QuotaExceeded
 from corral.sources import SourceRegistry
-from corral.tools._progress import ProgressEvent, ProgressSink
+from corral.tools._progress import ProgressEvent, ProgressReporter, ProgressSink
 
-__all__ = ["DEFAULT_MAX_CALLS", "Invocation"]
+__all__ = ["DEFAULT_MAX_CALLS", "Invocation", "admit_call", "start_call"]
 
 logger = logging.getLogger("corral.tools")
 
@@ -156,3 +157,29 @@ class Invocation:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def start_call(
+    tool: str, invocation: Invocation, forward: Callable[[dict[str, Any]], None] | None
+) -> ProgressReporter:
+    """A reporter for one call: to the invocation's sink, and to ``forward`` when given."""
+    sinks: list[ProgressSink] = [invocation.report]
+    if forward is not None:
+        sinks.append(lambda event: forward(dict(event)))
+    reporter = ProgressReporter(tool, sinks)
+    reporter.requested()
+    return reporter
+
+
+def admit_call(invocation: Invocation, reporter: ProgressReporter) -> tuple[Outcome, str] | None:
+    """Spend one call of the budget for ``reporter``'s call, or say why not.
+
+    Returns None once admitted, else the (outcome, message) the call ends with.
+    """
+    if invocation.cancelled.is_set():
+        return "cancelled", "the run was cancelled"
+    try:
+        reporter.call = invocation.admit()
+    except QuotaExceeded as exc:
+        return "quota_exceeded", str(exc)
+    return None
