@@ -35,7 +35,7 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 async def _started_engine(folder: Path, **options: Any) -> AsyncIterator[Engine]:
     options.setdefault("capacity", 2)
     options.setdefault("limits", Limits(timeout=20))
-    async with Engine(data_dir=folder, **options) as engine:
+    async with Engine(**options) as engine:
         yield engine
 
 

@@ -10,7 +10,6 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 
 import anyio
@@ -74,7 +73,6 @@ class Engine:
         pool_size: int | None = None,
         limits: Limits = DEFAULT_LIMITS,
         preload: Sequence[str] = DEFAULT_PRELOAD,
-        data_dir: str | os.PathLike[str] | None = None,
         session_idle_timeout: float = 600.0,
         session_disk_bytes: int = 256 * 1024 * 1024,
         min_free_memory: int = 256 * 1024 * 1024,
@@ -86,7 +84,6 @@ class Engine:
         self._preload = tuple(preload)
         self._pool_size = pool_size if pool_size is not None else self.capacity
         self._scheduler = Scheduler(self.capacity, queue_size, min_free_memory=min_free_memory)
-        self.data_dir = Path(data_dir) if data_dir is not None else None
         self.session_idle_timeout = session_idle_timeout
         self.session_disk_bytes = session_disk_bytes
         self._full = Zygote(preload, limits, self._pool_size)

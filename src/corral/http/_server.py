@@ -27,7 +27,6 @@ def engine_options(config: Config) -> dict[str, Any]:
         "capacity": config.capacity,
         "queue_size": config.queue_size,
         "limits": config.limits(),
-        "data_dir": config.data_dir / "sessions",
         "session_idle_timeout": idle,
         "session_disk_bytes": config.session_disk_bytes,
     }
