@@ -130,6 +130,16 @@ class Config:
             return self.port
         return 8080 if self.mode == "container" else 8000
 
+    def engine_options(self) -> dict[str, Any]:
+        """The ``Engine`` constructor arguments this config asks for."""
+        return {
+            "capacity": self.capacity,
+            "queue_size": self.queue_size,
+            "limits": self.limits(),
+            "session_idle_timeout": self.session_idle_timeout,
+            "session_disk_bytes": self.session_disk_bytes,
+        }
+
     def limits(self) -> Limits:
         """The default :class:`~corral.Limits` of every execution this server runs."""
         return Limits(timeout=self.timeout)

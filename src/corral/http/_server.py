@@ -20,16 +20,11 @@ _CONTAINER_SESSION_LIFETIME = 10 * 365 * 24 * 3600.0  # seconds; DIAL's containe
 
 def engine_options(config: Config) -> dict[str, Any]:
     """The ``Engine`` constructor arguments this config asks for."""
-    idle = config.session_idle_timeout
+    options = config.engine_options()
     if config.mode == "container":
-        idle = _CONTAINER_SESSION_LIFETIME  # the platform, not corral, ends this session
-    return {
-        "capacity": config.capacity,
-        "queue_size": config.queue_size,
-        "limits": config.limits(),
-        "session_idle_timeout": idle,
-        "session_disk_bytes": config.session_disk_bytes,
-    }
+        # The platform, not corral, ends this session.
+        options["session_idle_timeout"] = _CONTAINER_SESSION_LIFETIME
+    return options
 
 
 async def serve_async(

@@ -6,7 +6,6 @@ import contextlib
 import logging
 import socket
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import anyio
 import anyio.abc
@@ -155,17 +154,6 @@ async def serve_http(
             server.should_exit = True
 
 
-def _engine_options(config: Config) -> dict[str, Any]:
-    return {
-        "capacity": config.capacity,
-        "queue_size": config.queue_size,
-        "limits": config.limits(),
-        "data_dir": config.data_dir / "sessions",
-        "session_idle_timeout": config.session_idle_timeout,
-        "session_disk_bytes": config.session_disk_bytes,
-    }
-
-
 async def serve_mcp(
     config: Config, *, http_port: int | None = None, extra_tools: ToolSetup | None = None
 ) -> None:
@@ -181,7 +169,7 @@ async def serve_mcp(
     tool_config = CodeInterpreterConfig.from_toml(config.raw_toml)
     config.data_dir.mkdir(parents=True, exist_ok=True)
     if http_port is not None:
-        async with Engine(**_engine_options(config)) as engine:
+        async with Engine(**config.engine_options()) as engine:
             await serve_http(
                 engine,
                 port=http_port,
@@ -192,7 +180,7 @@ async def serve_mcp(
         return
     # Claim stdin/stdout before the engine starts, so the zygote and every worker inherit the
     # diverted descriptors and nothing they print can reach the JSON-RPC stream.
-    async with stdio_server() as (read, write), Engine(**_engine_options(config)) as engine:
+    async with stdio_server() as (read, write), Engine(**config.engine_options()) as engine:
         server = build_server(engine, config=tool_config, extra_tools=extra_tools)
         await server.run(read, write, server.create_initialization_options())
 
