@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["Session", "SessionManager"]
 
 _INTERRUPT_GRACE = 0.5  # seconds for interrupted code to run its finally blocks
+_CLOSE_GRACE = 5.0  # seconds for a run in progress to notice its session was killed
 _EXPIRY_TICK = 5.0  # seconds between idle-session sweeps
 _SANDBOX_OUTER_ID = 65534
 
@@ -173,6 +174,12 @@ class Session:
         if self.closed:
             return
         self.closed = True
+        # A run in progress sees its interpreter die and ends on its own; its descriptors are
+        # released only after it has, so no task ever waits on a closed one.
+        self._holder.kill()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_GRACE):
+            async with self._lock:
+                pass
         if self._worker is not None:
             self._worker.close()
             self._worker = None

@@ -137,13 +137,18 @@ class Holder:
         self._signal_interpreter(signal.SIGKILL)
         await self._expect("exited")
 
+    def kill(self) -> None:
+        """SIGKILL the holder, and with it every process of the session; fds stay open."""
+        if not self.closed:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
     def close(self) -> None:
         """Kill the holder: the whole session namespace and its files go with it."""
         if self.closed:
             return
+        self.kill()
         self.closed = True
-        with contextlib.suppress(ProcessLookupError):
-            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
         self._ctl.close()
         for fd in (self._out, self._err, self._pidfd):
             with contextlib.suppress(OSError):
