@@ -1,0 +1,141 @@
+"""Engine sessions with real workers: state, restarts, files, quota, close and expiry."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from corral._limits import Limits
+from corral.engine import Engine, Session
+from corral.errors import FileTooLarge, InvalidPath, SessionClosed, SessionDiskFull, SessionNotFound
+
+pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
+
+LIMITS = Limits(timeout=10)
+QUOTA = 4 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+async def engine() -> AsyncIterator[Engine]:
+    async with Engine(capacity=2, limits=LIMITS, session_disk_bytes=QUOTA) as started:
+        yield started
+
+
+@pytest.fixture
+async def session(engine: Engine) -> AsyncIterator[Session]:
+    opened = await engine.open_session()
+    yield opened
+    await opened.close()
+
+
+async def test_state_persists_and_the_cwd_is_the_session_folder(session: Session) -> None:
+    await session.run("import json\nx = 41")
+    result = await session.run("import os\nx + 1, json.__name__, os.getcwd()")
+    assert result.result == {"text/plain": "(42, 'json', '/mnt/data')"}
+    assert result.restarted is False
+
+
+async def test_a_deadline_restarts_the_interpreter_but_keeps_files(session: Session) -> None:
+    await session.run("x = 1\nopen('kept.txt', 'w').write('still here')")
+    started = time.perf_counter()
+    late = await session.run(
+        "import time\nprint('before')\ntime.sleep(60)", limits=Limits(timeout=1)
+    )
+    assert time.perf_counter() - started < 4
+    assert (late.outcome, late.restarted) == ("timeout", True)
+    assert late.stdout == "before\n"
+    assert "time limit" in late.stderr
+    assert "interpreter was restarted" in late.stderr
+    after = await session.run("print(open('kept.txt').read())\n'x' in globals()")
+    assert after.stdout == "still here\n"
+    assert after.result == {"text/plain": "False"}  # variables are gone
+    assert after.restarted is True  # and the next result says so
+
+
+async def test_a_dying_interpreter_fails_at_once_and_restarts(session: Session) -> None:
+    started = time.perf_counter()
+    died = await session.run("import os\nos._exit(3)")
+    assert time.perf_counter() - started < 4
+    assert (died.outcome, died.restarted) == ("worker_error", True)
+    assert (await session.run("6 * 7")).result == {"text/plain": "42"}
+
+
+async def test_files_api_round_trip_owned_by_the_sandbox_user(session: Session) -> None:
+    info = await session.put_file("in/data.csv", b"a,b\n1,2\n")
+    assert (info.path, info.size) == ("in/data.csv", 8)
+    result = await session.run(
+        "import os\nopen('in/data.csv').read(), os.stat('in/data.csv').st_uid\n"
+    )
+    assert result.result == {"text/plain": "('a,b\\n1,2\\n', 1000)"}
+    await session.run("open('in/data.csv', 'a').write('3,4\\n')")  # writable by the code
+    assert await session.get_file("in/data.csv") == b"a,b\n1,2\n3,4\n"
+    assert [(f.path, f.size) for f in await session.list_files()] == [("in/data.csv", 12)]
+    await session.delete_file("in/data.csv")
+    with pytest.raises(FileNotFoundError):
+        await session.get_file("in/data.csv")
+
+
+async def test_links_planted_by_code_are_never_followed(session: Session) -> None:
+    planted = await session.run(
+        "import os\nos.symlink('/etc/passwd', 'passwd')\nos.symlink('/', 'root')\n"
+        "os.mkdir('d')\nos.symlink('/etc', 'd/etc')"
+    )
+    assert planted.outcome == "ok", planted.stderr
+    for path in ("passwd", "root/etc/passwd", "d/etc/passwd", "../x", "/etc/passwd"):
+        with pytest.raises(InvalidPath):
+            await session.get_file(path)
+    with pytest.raises(InvalidPath):
+        await session.put_file("root/tmp/owned", b"x")
+    assert await session.list_files() == []  # links are not listed
+
+
+async def test_the_disk_quota_binds_the_api_and_the_code(session: Session) -> None:
+    with pytest.raises(FileTooLarge):
+        await session.put_file("big.bin", b"x" * (QUOTA + 1))
+    await session.put_file("first.bin", b"x" * (QUOTA * 3 // 4))
+    with pytest.raises(SessionDiskFull):
+        await session.put_file("second.bin", b"x" * (QUOTA * 3 // 4))
+    assert [f.path for f in await session.list_files()] == ["first.bin"]  # nothing half-written
+    await session.delete_file("first.bin")
+    code = f"with open('fill.bin', 'wb') as out:\n    out.write(b'x' * {QUOTA + 1})"
+    filled = await session.run(code)
+    assert filled.outcome == "python_error"
+    assert filled.error is not None
+    assert "No space left" in filled.error.message
+
+
+async def test_close_during_a_run_ends_it_promptly(engine: Engine) -> None:
+    session = await engine.open_session()
+    outcome: list[str] = []
+
+    async def run() -> None:
+        outcome.append((await session.run("import time\ntime.sleep(60)")).outcome)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        with anyio.fail_after(5):
+            while not session._lock.locked():  # noqa: ASYNC110 - nothing signals "running"
+                await anyio.sleep(0.01)
+        started = time.perf_counter()
+        await session.close()
+    assert time.perf_counter() - started < 3
+    assert outcome == ["worker_error"]
+    with pytest.raises(SessionClosed):
+        await session.run("1")
+    with pytest.raises(SessionNotFound):
+        engine.get_session(session.id)
+
+
+async def test_idle_sessions_expire() -> None:
+    async with Engine(capacity=1, pool_size=1, session_idle_timeout=0.05) as engine:
+        session = await engine.open_session(session_id="idle-one")
+        assert engine.get_session("idle-one") is session
+        with anyio.fail_after(10):
+            while engine.sessions():  # noqa: ASYNC110 - expiry is a periodic sweep
+                await anyio.sleep(0.1)
+        assert session.closed
+        with pytest.raises(SessionNotFound):
+            engine.get_session("idle-one")
