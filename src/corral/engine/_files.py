@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
-from collections.abc import Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import TypeVar
 
 import anyio
@@ -27,6 +27,10 @@ T = TypeVar("T")
 _as_owner = as_fs_owner
 
 
+async def _once(data: bytes | bytearray | memoryview) -> AsyncIterator[bytes]:
+    yield bytes(data)
+
+
 class SessionFiles:
     """put / get / list / delete beneath one session folder."""
 
@@ -39,23 +43,38 @@ class SessionFiles:
     async def _run(self, action: Callable[[], T]) -> T:
         return await anyio.to_thread.run_sync(_as_owner, self._uid, self._gid, action)
 
-    async def put(self, path: str, data: bytes) -> FileInfo:
-        """Write ``data`` atomically, replacing any file there.
+    async def put(self, path: str, data: bytes | AsyncIterable[bytes]) -> FileInfo:
+        """Write ``data`` (bytes, or chunks as they arrive) atomically, replacing any file.
+
+        Chunks are written as they come, so an upload never has to fit in memory; if the
+        iterable raises, nothing is written and the exception propagates.
 
         Raises:
             InvalidPath: the path is malformed, escapes the folder or crosses a symlink.
+            FileTooLarge: the file alone is larger than the session's disk quota.
             SessionDiskFull: the session's disk quota would be exceeded; nothing is written.
         """
         rel = _fs.validate_relpath(path)
+        chunks = _once(data) if isinstance(data, bytes | bytearray | memoryview) else data
+        digest = hashlib.sha256()
         try:
-            await self._run(
-                lambda: _fs.write_atomic(self._root, rel, data, max_bytes=self._max_file_bytes)
+            writer = await self._run(
+                lambda: _fs.AtomicWriter(self._root, rel, max_bytes=self._max_file_bytes)
             )
+            try:
+                async for chunk in chunks:
+                    digest.update(chunk)
+                    await anyio.to_thread.run_sync(writer.write, bytes(chunk))
+                size = await self._run(writer.commit)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(writer.abort)
+                raise
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
                 raise SessionDiskFull(f"{rel}: the session's disk quota is exhausted") from None
             raise
-        return FileInfo(str(rel), len(data), hashlib.sha256(data).hexdigest())
+        return FileInfo(str(rel), size, digest.hexdigest())
 
     async def get(self, path: str, max_bytes: int | None = None) -> bytes:
         """Raises: InvalidPath; FileNotFoundError when there is no regular file there."""

@@ -14,6 +14,7 @@ import dataclasses
 import os
 import secrets
 import time
+from collections.abc import AsyncIterable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -149,7 +150,7 @@ class Session:
         message = f"{what}; the interpreter was restarted: variables are lost, files are kept"
         return job.stopped(outcome, message, evidence)
 
-    async def put_file(self, path: str, data: bytes) -> FileInfo:
+    async def put_file(self, path: str, data: bytes | AsyncIterable[bytes]) -> FileInfo:
         self._check_open()
         self.touch()
         return await self.files.put(path, data)

@@ -24,6 +24,7 @@ from corral.http._multipart import MultipartReader, content_type_of
 from corral.http._paths import Resolved, bad_path, resolve
 from corral.http._responses import json_response
 from corral.http._state import EngineAPI, SessionAPI, State, state_of
+from corral.http._transfers import stream_upload
 
 __all__ = ["ContainerSession", "router"]
 
@@ -164,16 +165,15 @@ async def upload_file(request: Request) -> Response:
     target = _resolve(state, part.filename)
     if target.is_root:
         bad_path(target.absolute)
-    data = bytearray()
-    async for chunk in reader.chunks():
-        data += chunk
-        if len(data) > state.config.upload_max_size:
-            fail(413, "File too large")
-    if reader.malformed:
-        fail(400, "There was an error parsing the body")
+    data = stream_upload(
+        reader.chunks(),
+        state.config.upload_max_size,
+        lambda: reader.malformed,
+        "There was an error parsing the body",
+    )
     session = await _session(state)
     try:
-        info = await session.put_file(target.relative, bytes(data))
+        info = await session.put_file(target.relative, data)
     except InvalidPath:
         bad_path(target.absolute)
     except (FileTooLarge, SessionDiskFull):

@@ -30,9 +30,9 @@ from corral.http._transfers import (
     check_file_path,
     check_output,
     download_from_session,
-    gather_upload,
     prepare_input,
     resolve_upload_target,
+    stream_upload,
     transfer_input,
     upload_into_session,
     write_output,
@@ -125,9 +125,12 @@ async def upload_file(request: Request) -> Response:
     path = check_file_path(part.filename)
     session = state.registry.lookup(caller.owner, session_id)
     target = resolve_upload_target(path)
-    data = await gather_upload(reader.chunks(), state.config.upload_max_size)
-    if reader.malformed:
-        fail(400, "Missing filename in multipart upload")
+    data = stream_upload(
+        reader.chunks(),
+        state.config.upload_max_size,
+        lambda: reader.malformed,
+        "Missing filename in multipart upload",
+    )
     try:
         size = await upload_into_session(session, target, data)
     except (SessionNotFound, SessionClosed):

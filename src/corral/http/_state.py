@@ -6,7 +6,7 @@ HTTP layer calls (docs/engine-api.md), nothing below it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -56,7 +56,7 @@ class SessionAPI(Protocol):
         self, code: str, *, limits: Limits | None = None, cancel: anyio.Event | None = None
     ) -> ExecutionResult: ...
 
-    async def put_file(self, path: str, data: bytes) -> FileInfo: ...
+    async def put_file(self, path: str, data: bytes | AsyncIterable[bytes]) -> FileInfo: ...
 
     async def get_file(self, path: str) -> bytes: ...
 

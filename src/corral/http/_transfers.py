@@ -8,7 +8,7 @@ large``) keep the container's JSON body; the gateway's own are plain text.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import NoReturn
 
 from corral.errors import FileTooLarge, InvalidPath, SessionDiskFull
@@ -26,9 +26,9 @@ __all__ = [
     "check_output",
     "download_from_session",
     "file_not_found",
-    "gather_upload",
     "prepare_input",
     "resolve_upload_target",
+    "stream_upload",
     "too_large",
     "transfer_input",
     "upload_into_session",
@@ -82,8 +82,10 @@ def resolve_upload_target(path: str) -> Resolved:
     return target
 
 
-async def upload_into_session(session: SessionAPI, target: Resolved, data: bytes) -> int:
-    """Write ``data`` into the session; the size written."""
+async def upload_into_session(
+    session: SessionAPI, target: Resolved, data: bytes | AsyncIterable[bytes]
+) -> int:
+    """Write ``data`` (bytes or streamed chunks) into the session; the size written."""
     try:
         info = await session.put_file(target.relative, data)
     except InvalidPath:
@@ -93,14 +95,20 @@ async def upload_into_session(session: SessionAPI, target: Resolved, data: bytes
     return info.size
 
 
-async def gather_upload(chunks: AsyncIterator[bytes], limit: int) -> bytes:
-    """The streamed file, stopping at ``limit + 1`` bytes with 413 ``File too large``."""
-    data = bytearray()
+async def stream_upload(
+    chunks: AsyncIterator[bytes], limit: int, malformed: Callable[[], bool], message: str
+) -> AsyncIterator[bytes]:
+    """The uploaded file's chunks as they arrive: 413 ``File too large`` past ``limit`` bytes,
+    400 ``message`` if the body turns out malformed. Either ends the upload with nothing
+    written, because the session writes atomically."""
+    size = 0
     async for chunk in chunks:
-        data += chunk
-        if len(data) > limit:
+        size += len(chunk)
+        if size > limit:
             too_large()
-    return bytes(data)
+        yield chunk
+    if malformed():
+        fail(400, message)
 
 
 async def transfer_input(state: State, session: SessionAPI, path: str, stored: StoredFile) -> int:
