@@ -139,3 +139,21 @@ async def test_idle_sessions_expire() -> None:
         assert session.closed
         with pytest.raises(SessionNotFound):
             engine.get_session("idle-one")
+
+
+async def test_put_file_streams_chunks_and_a_failed_stream_writes_nothing(
+    session: Session,
+) -> None:
+    async def chunks(count: int, fail: bool = False) -> AsyncIterator[bytes]:
+        for index in range(count):
+            yield bytes([65 + index]) * 1024
+        if fail:
+            raise ValueError("the client went away")
+
+    info = await session.put_file("streamed.bin", chunks(3))
+    assert info.size == 3 * 1024
+    assert await session.get_file("streamed.bin") == b"A" * 1024 + b"B" * 1024 + b"C" * 1024
+    with pytest.raises(ValueError, match="went away"):
+        await session.put_file("streamed.bin", chunks(2, fail=True))
+    assert (await session.get_file("streamed.bin"))[:1024] == b"A" * 1024  # old content kept
+    assert [f.path for f in await session.list_files()] == ["streamed.bin"]  # no temp file
