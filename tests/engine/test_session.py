@@ -122,7 +122,7 @@ async def test_close_during_a_run_ends_it_promptly(engine: Engine) -> None:
         started = time.perf_counter()
         await session.close()
     assert time.perf_counter() - started < 3
-    assert outcome == ["worker_error"]
+    assert outcome == ["cancelled"]
     with pytest.raises(SessionClosed):
         await session.run("1")
     with pytest.raises(SessionNotFound):

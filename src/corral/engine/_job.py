@@ -62,17 +62,19 @@ def request_for(
 
 @contextlib.asynccontextmanager
 async def watch_cancel(
-    event: anyio.Event | None, scope: anyio.CancelScope, job: Job
+    event: anyio.Event | None, scope: anyio.CancelScope, job: Job, *more: anyio.Event
 ) -> AsyncIterator[None]:
-    """Cancel ``scope`` when ``event`` is set, for the duration of the block.
+    """Cancel ``scope`` when ``event`` (or any of ``more``) is set, for the block's duration.
 
     Only then is there a watcher task: most runs are never cancelled explicitly.
     """
-    if event is None:
+    events = [e for e in (event, *more) if e is not None]
+    if not events:
         yield
         return
     async with anyio.create_task_group() as watcher:
-        watcher.start_soon(cancel_on, event, scope, job)
+        for each in events:
+            watcher.start_soon(cancel_on, each, scope, job)
         try:
             yield
         finally:

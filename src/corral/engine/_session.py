@@ -57,6 +57,7 @@ class Session:
             self._data_fd, _SANDBOX_OUTER_ID, _SANDBOX_OUTER_ID, engine.session_disk_bytes
         )
         self.closed = False
+        self._closing = anyio.Event()
 
     def _check_open(self) -> None:
         if self.closed:
@@ -93,7 +94,7 @@ class Session:
         result: ExecutionResult | None = None
         deadline = anyio.current_time() + limits.timeout
         with anyio.CancelScope(deadline=deadline) as scope:
-            async with watch_cancel(cancel, scope, job):
+            async with watch_cancel(cancel, scope, job, self._closing):
                 try:
                     async with self._lock:
                         self._check_open()
@@ -136,6 +137,8 @@ class Session:
             if outcome == "cancelled"
             else f"the run exceeded its {job.limits.timeout:g} s time limit"
         )
+        if self.closed:
+            return job.stopped(outcome, "the session was closed while the code ran", evidence)
         if job.worker is None:
             message = f"{what} before the code started; the session is unchanged"
             return job.stopped(outcome, message, evidence)
@@ -175,8 +178,9 @@ class Session:
         if self.closed:
             return
         self.closed = True
-        # A run in progress sees its interpreter die and ends on its own; its descriptors are
-        # released only after it has, so no task ever waits on a closed one.
+        # A run in progress is cancelled and its interpreter killed; the descriptors are
+        # released only after the run has ended, so no task ever waits on a closed one.
+        self._closing.set()
         self._holder.kill()
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_GRACE):
             async with self._lock:
