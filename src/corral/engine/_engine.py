@@ -27,6 +27,7 @@ from corral.engine._zygotes import Zygote, stdlib_only
 from corral.errors import Busy, EngineClosed, WorkerError, ZygoteUnavailable
 from corral.sandbox import (
     DEFAULT_PRELOAD,
+    OUTER_ID,
     Holder,
     WarmPool,
     Worker,
@@ -38,7 +39,6 @@ __all__ = ["Engine", "EngineStatistics"]
 
 logger = logging.getLogger("corral.engine")
 
-SANDBOX_OUTER_ID = 65534  # the host uid and gid every worker runs as
 _MEMORY_POKE = 0.1  # seconds between memory-gate re-checks while jobs wait
 
 
@@ -325,7 +325,7 @@ class Engine:
                 if item.original is not None:
                     files.append((f"{item.id}.orig", item.original))
             try:
-                worker.write_inputs(files, uid=SANDBOX_OUTER_ID, gid=SANDBOX_OUTER_ID)
+                worker.write_inputs(files, uid=OUTER_ID, gid=OUTER_ID)
             except OSError as exc:
                 return job.stopped("invalid_input", f"the inputs do not fit: {exc}", evidence)
         try:

@@ -26,6 +26,7 @@ from corral.engine._inputs import RunEventSink
 from corral.engine._job import Job, validate_request, watch_cancel
 from corral.engine._result import Evidence, ExecutionResult, FileInfo, Outcome
 from corral.errors import Busy, SessionClosed, SessionExists, SessionNotFound, WorkerError
+from corral.sandbox import OUTER_ID
 
 if TYPE_CHECKING:
     from corral.engine._engine import Engine
@@ -36,7 +37,6 @@ __all__ = ["Session", "SessionManager"]
 _INTERRUPT_GRACE = 0.5  # seconds for interrupted code to run its finally blocks
 _CLOSE_GRACE = 5.0  # seconds for a run in progress to notice its session was killed
 _EXPIRY_TICK = 5.0  # seconds between idle-session sweeps
-_SANDBOX_OUTER_ID = 65534
 
 
 class Session:
@@ -53,9 +53,7 @@ class Session:
         self._worker: Worker | None = None
         self._restart_note = False
         self._data_fd = holder.open_data_dir()
-        self.files = SessionFiles(
-            self._data_fd, _SANDBOX_OUTER_ID, _SANDBOX_OUTER_ID, engine.session_disk_bytes
-        )
+        self.files = SessionFiles(self._data_fd, OUTER_ID, OUTER_ID, engine.session_disk_bytes)
         self.closed = False
         self._closing = anyio.Event()
 

@@ -10,6 +10,7 @@ from corral.sandbox._doctor import DoctorReport, Feature, doctor
 from corral.sandbox._holder_client import Holder
 from corral.sandbox._host import DEFAULT_PRELOAD, ZygoteHost
 from corral.sandbox._pool import PoolStatistics, WarmPool
+from corral.sandbox._rootfs import OUTER_ID
 from corral.sandbox._seccomp import DENIED_SYSCALLS
 from corral.sandbox._syscalls import as_fs_owner
 from corral.sandbox._worker import ExitInfo, OutputSink, Worker, WorkerReport
@@ -17,6 +18,7 @@ from corral.sandbox._worker import ExitInfo, OutputSink, Worker, WorkerReport
 __all__ = [
     "DEFAULT_PRELOAD",
     "DENIED_SYSCALLS",
+    "OUTER_ID",
     "DoctorReport",
     "ExitInfo",
     "Feature",

@@ -24,6 +24,7 @@ import corral
 from corral.errors import IsolationError, ZygoteUnavailable
 from corral.sandbox._holder_client import Holder
 from corral.sandbox._isolate import SANDBOX_ENV
+from corral.sandbox._rootfs import OUTER_ID
 from corral.sandbox._seqpacket import areceive, asend
 from corral.sandbox._worker import ExitInfo, Worker
 
@@ -50,8 +51,8 @@ class ZygoteHost:
         self,
         *,
         preload: tuple[str, ...] = DEFAULT_PRELOAD,
-        uid: int = 65534,
-        gid: int = 65534,
+        uid: int = OUTER_ID,
+        gid: int = OUTER_ID,
         max_file_bytes: int = 16 * 1024 * 1024,
         static: dict[str, int] | None = None,
     ) -> None:

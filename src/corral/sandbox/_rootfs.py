@@ -19,6 +19,7 @@ from pathlib import Path
 from corral.sandbox import _syscalls as sc
 
 __all__ = [
+    "OUTER_ID",
     "OVERLAID",
     "SANDBOX_GID",
     "SANDBOX_UID",
@@ -34,6 +35,8 @@ STAGE = "/.corral-runtime"
 """Where runtime directories that live under a worker-owned mount point are staged."""
 OVERLAID = ("/work", "/tmp", "/inputs", "/mnt", "/proc", "/dev", "/etc")
 """Mount points each worker covers with its own file systems."""
+OUTER_ID = 65534
+"""The host uid and gid the zygote drops to, and every worker runs as (nobody/nogroup)."""
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
 
