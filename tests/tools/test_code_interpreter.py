@@ -125,7 +125,8 @@ async def test_registration_declares_exactly_summary_code_source_ids(engine: Eng
     assert schema["required"] == ["summary", "code"]
     assert schema["additionalProperties"] is False
     ids = schema["properties"]["sourceIds"]
-    assert (ids["maxItems"], ids["uniqueItems"], ids["items"]) == (4, True, {"type": "string"})
+    assert (ids["maxItems"], ids["items"]) == (4, {"type": "string"})
+    assert "uniqueItems" not in ids  # repeats are reported as unavailable_source
     assert tool.annotations.read_only_hint is True
     for fmt in EXPORT_FORMATS:
         (declared,) = export_tools(registry.active(), fmt)  # type: ignore[arg-type]
@@ -517,11 +518,10 @@ async def test_expired_and_removed_ids_are_rejected_before_python(engine: Engine
 async def test_duplicate_ids_are_rejected_before_python(harness: Harness) -> None:
     source = harness.invocation.sources.add_text("once", "a.txt")
     before = admitted(harness.engine)
-    # Through the registry the schema's uniqueItems refuses them first ...
-    via_schema = await harness.run("print('never')", source.id, source.id)
-    assert via_schema.error is not None
-    assert via_schema.error["kind"] == "invalid_input"
-    # ... and a host calling the handler directly gets the tool's own check.
+    # Through the registry, as a model calls it ...
+    via_registry = await harness.run("print('never')", source.id, source.id)
+    assert outcome(via_registry) == "unavailable_source"
+    # ... and as a host calling the handler directly.
     tool = harness.registry.get(CODE_INTERPRETER)
     direct = await tool.handler(
         {"summary": "s", "code": "print('never')", "sourceIds": [source.id, source.id]},

@@ -85,8 +85,9 @@ def _parameters(config: CodeInterpreterConfig) -> dict[str, Any]:
                 "type": "array",
                 "items": {"type": "string"},
                 "maxItems": config.max_sources,
-                "uniqueItems": True,
-                "description": "Ids of this run's sources to mount read-only.",
+                # No uniqueItems: a repeated id is an unavailable source (seed 002 §12.3),
+                # which the tool reports as such rather than as a schema violation.
+                "description": "Unique ids of this run's sources to mount read-only.",
             },
         },
         "required": ["summary", "code"],
