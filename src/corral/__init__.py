@@ -41,5 +41,7 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'corral' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
+    if isinstance(value, type) and value.__module__.startswith("corral._"):
+        value.__module__ = __name__  # tracebacks read corral.Limits
     globals()[name] = value
     return value

@@ -6,6 +6,8 @@ outcomes or wire formats: it starts workers, passes one request to each and repo
 came back.
 """
 
+import types
+
 from corral.sandbox._doctor import DoctorReport, Feature, doctor
 from corral.sandbox._holder_client import Holder
 from corral.sandbox._host import DEFAULT_PRELOAD, ZygoteHost
@@ -32,3 +34,10 @@ __all__ = [
     "as_fs_owner",
     "doctor",
 ]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    # Tracebacks and reprs name the public path, not a private module.
+    if isinstance(_obj, type | types.FunctionType):
+        _obj.__module__ = __name__
+del _name, _obj

@@ -1,0 +1,39 @@
+"""Every package's public names: complete ``__all__`` lists, reached by their public path."""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+import pytest
+
+import corral
+
+PACKAGES = ["corral.engine", "corral.sandbox", "corral.http", "corral.cli"]
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_exports_are_complete_and_named_by_their_public_path(name: str) -> None:
+    package = importlib.import_module(name)
+    public = {
+        attr for attr, value in vars(package).items()
+        if not attr.startswith("_") and not isinstance(value, types.ModuleType)
+    }  # fmt: skip
+    assert set(package.__all__) == public
+    for attr in package.__all__:
+        value = getattr(package, attr)
+        if isinstance(value, type | types.FunctionType):
+            assert value.__module__ == name, attr
+
+
+def test_the_top_level_api() -> None:
+    assert set(corral.__all__) == {
+        "DEFAULT_LIMITS", "Engine", "ExecutionResult", "Input", "Limits", "RunEvent",
+        "__version__",
+    }  # fmt: skip
+    for attr in corral.__all__:
+        assert getattr(corral, attr) is not None
+    assert corral.Limits.__module__ == "corral"
+    assert corral.Engine.__module__ == "corral.engine"
+    with pytest.raises(AttributeError):
+        _ = corral.NoSuchThing
