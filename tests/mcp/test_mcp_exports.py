@@ -10,10 +10,12 @@ import pytest
 import corral.mcp
 
 SRC = pathlib.Path(corral.mcp.__file__).parent
-# Below the MCP front end: the tools, sources and engine public APIs, errors and the config.
+# Below the MCP front end: the tools, sources and engine public APIs, errors and the config,
+# and the helper every package uses to name its exports.
 ALLOWED = {
     "corral",
     "corral._config",
+    "corral._public",
     "corral.engine",
     "corral.errors",
     "corral.sources",

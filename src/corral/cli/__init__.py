@@ -5,15 +5,9 @@ corral.mcp and corral.mistral, through their exported names only. Exit codes of 
 0 on ``ok``, 1 on ``python_error``, 2 on invalid input, 3 on any other outcome.
 """
 
-import types
-
+from corral._public import publish as _publish
 from corral.cli._main import main
 
 __all__ = ["main"]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    # Tracebacks and reprs name the public path, not a private module.
-    if isinstance(_obj, type | types.FunctionType):
-        _obj.__module__ = __name__
-del _name, _obj
+_publish(globals())

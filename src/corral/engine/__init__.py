@@ -5,8 +5,7 @@ which knows no sessions, deadlines or wire formats. Not HTTP- or MCP-aware: fron
 its ExecutionResults.
 """
 
-import types
-
+from corral._public import publish as _publish
 from corral.engine._engine import Engine, EngineStatistics
 from corral.engine._inputs import Input, RunEvent, RunEventSink
 from corral.engine._result import (
@@ -36,9 +35,4 @@ __all__ = [
     "Session",
 ]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    # Tracebacks and reprs name the public path, not a private module.
-    if isinstance(_obj, type | types.FunctionType):
-        _obj.__module__ = __name__
-del _name, _obj
+_publish(globals())

@@ -7,16 +7,10 @@ it renders ExecutionResults as DIAL's five fields or corral's full shape, and ma
 errors to statuses in one table (``_errors.STATUS_BY_ERROR``).
 """
 
-import types
-
+from corral._public import publish as _publish
 from corral.http._app import create_app
 from corral.http._server import serve, serve_async
 
 __all__ = ["create_app", "serve", "serve_async"]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    # Tracebacks and reprs name the public path, not a private module.
-    if isinstance(_obj, type | types.FunctionType):
-        _obj.__module__ = __name__
-del _name, _obj
+_publish(globals())

@@ -7,6 +7,7 @@ never corral.sandbox. One MCP session is one :class:`~corral.tools.Invocation`: 
 its call budget and its persistent interpreter are unreachable from any other session.
 """
 
+from corral._public import publish as _publish
 from corral.mcp._serve import create_http_app, run_mcp, serve_http, serve_mcp, serve_stdio
 from corral.mcp._server import SERVER_NAME, CorralServer, build_server
 from corral.mcp._session import ToolSetup
@@ -23,15 +24,4 @@ __all__ = [
     "serve_stdio",
 ]
 
-# Tracebacks and reprs read corral.mcp.CorralServer, not the private module.
-for _name in (
-    "CorralServer",
-    "build_server",
-    "create_http_app",
-    "run_mcp",
-    "serve_http",
-    "serve_mcp",
-    "serve_stdio",
-):
-    globals()[_name].__module__ = __name__
-del _name
+_publish(globals())

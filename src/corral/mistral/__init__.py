@@ -8,8 +8,7 @@ of the engine: corral's own ``code_interpreter`` reaches the chat loop only as a
 tool.
 """
 
-import types
-
+from corral._public import publish as _publish
 from corral.mistral._chat import DEFAULT_CHAT_MODEL, ChatSession, run_chat
 from corral.mistral._client import MistralClient, conversation_body, instructions_for
 from corral.mistral._connectors import Connector
@@ -41,9 +40,4 @@ __all__ = [
     "web_search_tool",
 ]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    # Tracebacks and reprs read corral.mistral.MistralClient, not a private module.
-    if isinstance(_obj, type | types.FunctionType):
-        _obj.__module__ = __name__
-del _name, _obj
+_publish(globals())

@@ -6,6 +6,7 @@ the ids a call names to :meth:`SourceRegistry.resolve`. Below: corral.engine, wh
 schemas, quotas or wire formats, and never touches host paths: an id is all a model chooses.
 """
 
+from corral._public import publish as _publish
 from corral.sources._ingest import Ingested, SourceFormat, detect_format, ingest
 from corral.sources._limits import DEFAULT_SOURCE_LIMITS, SourceLimits
 from corral.sources._registry import SourceRegistry
@@ -24,8 +25,5 @@ __all__ = [
     "ingest",
 ]
 
-# Tracebacks and reprs name the public path, not the private module.
-for _name in ("Ingested", "Source", "SourceInfo", "SourceLimits", "SourceRegistry"):
-    globals()[_name].__module__ = __name__
-detect_format.__module__ = ingest.__module__ = __name__
-del _name
+
+_publish(globals())

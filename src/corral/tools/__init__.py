@@ -7,8 +7,7 @@ engine and treat a tool as a schema plus an async handler. Not provider- or MCP-
 beyond the declaration shapes of :func:`export_tools`.
 """
 
-import types
-
+from corral._public import publish as _publish
 from corral.tools._code_config import DEFAULT_CODE_INTERPRETER_CONFIG, CodeInterpreterConfig
 from corral.tools._code_interpreter import (
     CODE_INTERPRETER,
@@ -81,9 +80,4 @@ __all__ = [
     "source_add_tool",
 ]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    # Tracebacks and reprs read corral.tools.Tool, not the private module it lives in.
-    if isinstance(_obj, type | types.FunctionType):
-        _obj.__module__ = __name__
-del _name, _obj
+_publish(globals())
