@@ -6,8 +6,7 @@ outcomes or wire formats: it starts workers, passes one request to each and repo
 came back.
 """
 
-import types
-
+from corral._public import publish as _publish
 from corral.sandbox._doctor import DoctorReport, Feature, doctor
 from corral.sandbox._holder_client import Holder
 from corral.sandbox._host import DEFAULT_PRELOAD, ZygoteHost
@@ -15,14 +14,13 @@ from corral.sandbox._pool import PoolStatistics, WarmPool
 from corral.sandbox._rootfs import OUTER_ID
 from corral.sandbox._seccomp import DENIED_SYSCALLS
 from corral.sandbox._syscalls import as_fs_owner
-from corral.sandbox._worker import ExitInfo, OutputSink, Worker, WorkerReport
+from corral.sandbox._worker import OutputSink, Worker, WorkerReport
 
 __all__ = [
     "DEFAULT_PRELOAD",
     "DENIED_SYSCALLS",
     "OUTER_ID",
     "DoctorReport",
-    "ExitInfo",
     "Feature",
     "Holder",
     "OutputSink",
@@ -35,9 +33,4 @@ __all__ = [
     "doctor",
 ]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    # Tracebacks and reprs name the public path, not a private module.
-    if isinstance(_obj, type | types.FunctionType):
-        _obj.__module__ = __name__
-del _name, _obj
+_publish(globals())

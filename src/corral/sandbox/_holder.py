@@ -40,8 +40,8 @@ def _start_interpreter(
 ) -> int:
     pid = os.fork()
     if pid == 0:
-        status = 0
-        try:
+
+        def interpreter() -> None:
             signal.set_wakeup_fd(-1)
             os.dup2(fds[1], 1)
             os.dup2(fds[2], 2)
@@ -52,12 +52,8 @@ def _start_interpreter(
             _runner.serve(
                 cwd=cwd, session=True, seccomp_bpf=seccomp_bpf, static=static, inputs_fd=None
             )
-        except BaseException as exc:  # noqa: BLE001 - report, then exit
-            status = 70
-            with contextlib.suppress(OSError):
-                os.write(2, f"corral interpreter failed: {type(exc).__name__}: {exc}\n".encode())
-        finally:
-            os._exit(status)
+
+        _runner.run_then_exit("interpreter", interpreter)
     for fd in fds:
         os.close(fd)
     return pid
@@ -73,70 +69,62 @@ def holder_main(
     outer_gid: int,
     static: _runner.StaticLimits,
 ) -> None:
-    """Run in a freshly cloned session worker; never returns."""
-    status = 0
-    try:
-        cwd, inputs_fd = _isolate.enter(
-            template=template,
-            staged=staged,
-            outer_uid=outer_uid,
-            outer_gid=outer_gid,
-            work_bytes=static["work_bytes"],
-            session_disk_bytes=disk_bytes,
-        )
-        os.close(inputs_fd)  # sessions take files through the files API instead
-        sc.set_dumpable(False)
-        control = socket.socket(fileno=_CONTROL_FD)
-        control.setblocking(True)
-        wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(wake_write)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        send(control, {"t": "ready"})
-        interpreter: int | None = None
-        selector = selectors.DefaultSelector()
-        selector.register(control, selectors.EVENT_READ)
-        selector.register(wake_read, selectors.EVENT_READ)
-        while True:
-            for key, _ in selector.select():
-                if key.fileobj is control:
-                    message, fds = receive(control)
-                    if message is None:
-                        return
-                    kind = message.get("t")
-                    if kind == "start" and interpreter is None and len(fds) == 3:
-                        interpreter = _start_interpreter(fds, cwd, seccomp_bpf, static)
-                        send(control, {"t": "started"})
-                    elif kind == "interrupt" and interpreter is not None:
-                        os.kill(interpreter, signal.SIGINT)
-                    elif kind == "kill":
-                        _kill_everyone_else()
-                        if interpreter is not None:
-                            interpreter = None
-                            send(control, {"t": "exited", "code": -signal.SIGKILL})
-                    else:
-                        for fd in fds:
-                            os.close(fd)
-                    continue
-                try:
-                    while os.read(wake_read, 512):
-                        pass
-                except BlockingIOError:
-                    pass
-                while True:
-                    try:
-                        pid, code = os.waitpid(-1, os.WNOHANG)
-                    except ChildProcessError:
-                        break
-                    if pid == 0:
-                        break
-                    if pid == interpreter:
+    """Enter the sandbox in a freshly cloned session worker and serve its control socket."""
+    cwd, inputs_fd = _isolate.enter(
+        template=template,
+        staged=staged,
+        outer_uid=outer_uid,
+        outer_gid=outer_gid,
+        work_bytes=static["work_bytes"],
+        session_disk_bytes=disk_bytes,
+    )
+    os.close(inputs_fd)  # sessions take files through the files API instead
+    sc.set_dumpable(False)
+    control = socket.socket(fileno=_CONTROL_FD)
+    control.setblocking(True)
+    wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    send(control, {"t": "ready"})
+    interpreter: int | None = None
+    selector = selectors.DefaultSelector()
+    selector.register(control, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is control:
+                message, fds = receive(control)
+                if message is None:
+                    return
+                kind = message.get("t")
+                if kind == "start" and interpreter is None and len(fds) == 3:
+                    interpreter = _start_interpreter(fds, cwd, seccomp_bpf, static)
+                    send(control, {"t": "started"})
+                elif kind == "interrupt" and interpreter is not None:
+                    os.kill(interpreter, signal.SIGINT)
+                elif kind == "kill":
+                    _kill_everyone_else()
+                    if interpreter is not None:
                         interpreter = None
-                        _kill_everyone_else()
-                        send(control, {"t": "exited", "code": os.waitstatus_to_exitcode(code)})
-    except BaseException as exc:  # noqa: BLE001 - report, then exit (the namespace goes too)
-        status = 70
-        with contextlib.suppress(OSError):
-            os.write(2, f"corral session holder failed: {type(exc).__name__}: {exc}\n".encode())
-    finally:
-        os._exit(status)
+                        send(control, {"t": "exited", "code": -signal.SIGKILL})
+                else:
+                    for fd in fds:
+                        os.close(fd)
+                continue
+            try:
+                while os.read(wake_read, 512):
+                    pass
+            except BlockingIOError:
+                pass
+            while True:
+                try:
+                    pid, code = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                if pid == interpreter:
+                    interpreter = None
+                    _kill_everyone_else()
+                    send(control, {"t": "exited", "code": os.waitstatus_to_exitcode(code)})

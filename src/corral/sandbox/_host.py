@@ -8,12 +8,12 @@ ends down, so worker traffic never passes through the zygote.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import socket
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from corral.sandbox._holder_client import Holder
 from corral.sandbox._isolate import SANDBOX_ENV
 from corral.sandbox._rootfs import OUTER_ID
 from corral.sandbox._seqpacket import areceive, asend
-from corral.sandbox._worker import ExitInfo, Worker
+from corral.sandbox._worker import Worker
 
 __all__ = ["DEFAULT_PRELOAD", "ZygoteHost"]
 
@@ -68,7 +68,8 @@ class ZygoteHost:
         self._max_file_bytes = max_file_bytes
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[anyio.Event, list[Any]]] = {}
-        self._workers: dict[int, Worker] = {}
+        # The live one-shot workers by pid, for diagnostics; a closed worker drops out.
+        self._workers: weakref.WeakValueDictionary[int, Worker] = weakref.WeakValueDictionary()
         self._process: subprocess.Popen[bytes] | None = None
         self._ctl: socket.socket | None = None
         self.dead = anyio.Event()
@@ -145,16 +146,6 @@ class ZygoteHost:
                     event, box = self._pending[message["id"]]
                     box.extend([message["pid"], fds[0]])
                     event.set()
-                elif kind == "exit":
-                    worker = self._workers.pop(int(message["pid"]), None)
-                    if worker is not None:
-                        worker.notify_exit(
-                            ExitInfo(
-                                int(message["code"]),
-                                float(message["cpu_ms"]),
-                                int(message["peak_rss_kb"]),
-                            )
-                        )
                 else:
                     for fd in fds:
                         os.close(fd)
@@ -165,9 +156,6 @@ class ZygoteHost:
         self.dead.set()
         for event, _ in self._pending.values():
             event.set()
-        for worker in self._workers.values():
-            worker.notify_exit(ExitInfo(-9, 0.0, 0))
-        self._workers.clear()
 
     async def _clone(
         self, message: dict[str, Any], kind: socket.SocketKind
@@ -232,16 +220,6 @@ class ZygoteHost:
             {"session": True, "disk_bytes": disk_bytes}, socket.SOCK_SEQPACKET
         )
         return Holder(pid, pidfd, sock, out_r, err_r, max_file_bytes=self._max_file_bytes)
-
-    async def ping(self) -> bool:
-        """True when the zygote answers over its control channel (used by the supervisor)."""
-        if self.dead.is_set() or self._ctl is None:
-            return False
-        try:
-            self._ctl.send(json.dumps({"t": "ping"}).encode())
-        except OSError:
-            return False
-        return True
 
     def kill(self) -> None:
         if self._process is not None and self._process.poll() is None:

@@ -20,13 +20,22 @@ import socket
 import stat
 import sys
 import types
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from corral.sandbox import _isolate
 from corral.sandbox._cell import Display, execute_cell
 from corral.sandbox._protocol import encode_bytes, encode_json, read_frame_sync, write_frames_sync
 
-__all__ = ["DISPLAY", "PROTOCOL_FD", "StaticLimits", "serve", "warm_up_zygote", "worker_main"]
+__all__ = [
+    "DISPLAY",
+    "PROTOCOL_FD",
+    "StaticLimits",
+    "run_then_exit",
+    "serve",
+    "warm_up_zygote",
+    "worker_main",
+]
 
 PROTOCOL_FD = 3
 _MAX_REQUEST = 64 * 1024 * 1024  # bytes; code is bounded far below this by the engine
@@ -238,6 +247,22 @@ def serve(
             return
 
 
+def run_then_exit(what: str, body: Callable[[], object]) -> NoReturn:
+    """Run ``body`` in a forked child, say on stderr why it failed if it did, and exit.
+
+    Never returns: a child must not fall back into its parent's code.
+    """
+    status = 0
+    try:
+        body()
+    except BaseException as exc:  # noqa: BLE001 - any failure ends the child, with a reason
+        status = 70
+        with contextlib.suppress(OSError):
+            os.write(2, f"corral {what} failed: {type(exc).__name__}: {exc}\n".encode())
+    finally:
+        os._exit(status)
+
+
 def worker_main(
     *,
     template: str,
@@ -247,20 +272,12 @@ def worker_main(
     outer_gid: int,
     static: StaticLimits,
 ) -> None:
-    """Run in a freshly cloned one-shot worker; never returns."""
-    status = 0
-    try:
-        cwd, inputs_fd = _isolate.enter(
-            template=template,
-            staged=staged,
-            outer_uid=outer_uid,
-            outer_gid=outer_gid,
-            work_bytes=static["work_bytes"],
-        )
-        serve(cwd=cwd, session=False, seccomp_bpf=seccomp_bpf, static=static, inputs_fd=inputs_fd)
-    except BaseException as exc:  # noqa: BLE001 - report any failure, then exit
-        status = 70
-        with contextlib.suppress(OSError):
-            os.write(2, f"corral worker failed: {type(exc).__name__}: {exc}\n".encode())
-    finally:
-        os._exit(status)
+    """Enter the sandbox in a freshly cloned one-shot worker and serve its one request."""
+    cwd, inputs_fd = _isolate.enter(
+        template=template,
+        staged=staged,
+        outer_uid=outer_uid,
+        outer_gid=outer_gid,
+        work_bytes=static["work_bytes"],
+    )
+    serve(cwd=cwd, session=False, seccomp_bpf=seccomp_bpf, static=static, inputs_fd=inputs_fd)

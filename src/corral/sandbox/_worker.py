@@ -24,20 +24,13 @@ from corral.errors import WorkerCrashed, WorkerError, WorkerProtocolError
 from corral.sandbox._protocol import MAX_CONTROL_FRAME, FrameDecoder, encode_json
 from corral.sandbox._syscalls import as_fs_owner
 
-__all__ = ["ExitInfo", "OutputSink", "Worker", "WorkerReport"]
+__all__ = ["OutputSink", "Worker", "WorkerReport"]
 
 _READ_CHUNK = 1 << 16
 
 
 class OutputSink(Protocol):
     def feed(self, data: bytes) -> None: ...
-
-
-@dataclass(slots=True)
-class ExitInfo:
-    code: int
-    cpu_ms: float
-    peak_rss_kb: int
 
 
 @dataclass(slots=True)
@@ -71,17 +64,11 @@ class Worker:
         self._decoder = FrameDecoder(max(MAX_CONTROL_FRAME, max_file_bytes))
         self._frames: list[tuple[str, Any]] = []
         self.inputs_fd: int | None = None
-        self.exited = anyio.Event()
-        self.exit_info: ExitInfo | None = None
         self.killed = False
         self.closed = False
         for fd in (out_fd, err_fd):
             os.set_blocking(fd, False)
         sock.setblocking(False)
-
-    def notify_exit(self, info: ExitInfo) -> None:
-        self.exit_info = info
-        self.exited.set()
 
     async def _next_frame(self) -> tuple[str, Any]:
         while not self._frames:

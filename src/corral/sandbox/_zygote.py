@@ -22,7 +22,7 @@ from typing import Any
 # Imported here, as root: after dropping privileges the zygote may not be able to read its
 # own source (a checkout under /root, say), and every child needs these.
 from corral.sandbox._holder import holder_main
-from corral.sandbox._runner import worker_main
+from corral.sandbox._runner import run_then_exit, worker_main
 from corral.sandbox._seqpacket import receive as _recv
 from corral.sandbox._seqpacket import send as _send
 
@@ -62,7 +62,8 @@ def _spawn(
     }
     pid = sc.clone_namespaces(_NAMESPACES)
     if pid == 0:
-        try:
+
+        def child() -> None:
             sc.set_pdeathsig(signal.SIGKILL)
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
@@ -84,18 +85,17 @@ def _spawn(
                     outer_gid=gid,
                     static=static,
                 )
-            worker_main(
-                template=layout[0],
-                staged=layout[1],
-                seccomp_bpf=bpf,
-                outer_uid=uid,
-                outer_gid=gid,
-                static=static,
-            )
-        except BaseException as exc:  # noqa: BLE001 - say why on stderr, then exit
-            os.write(2, f"corral worker could not start: {type(exc).__name__}: {exc}\n".encode())
-        finally:
-            os._exit(71)
+            else:
+                worker_main(
+                    template=layout[0],
+                    staged=layout[1],
+                    seccomp_bpf=bpf,
+                    outer_uid=uid,
+                    outer_gid=gid,
+                    static=static,
+                )
+
+        run_then_exit("session holder" if session else "worker", child)
     for fd in fds:
         os.close(fd)
     pidfd = os.pidfd_open(pid)
@@ -105,24 +105,15 @@ def _spawn(
         os.close(pidfd)
 
 
-def _reap(ctl: socket.socket) -> None:
+def _reap() -> None:
+    # Workers report their own resource use; the zygote only reaps (the engine kills by pidfd).
     while True:
         try:
-            pid, status, usage = os.wait4(-1, os.WNOHANG)
+            pid, _status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
-        _send(
-            ctl,
-            {
-                "t": "exit",
-                "pid": pid,
-                "code": os.waitstatus_to_exitcode(status),
-                "cpu_ms": (usage.ru_utime + usage.ru_stime) * 1000.0,
-                "peak_rss_kb": usage.ru_maxrss,
-            },
-        )
 
 
 def _drop_privileges(uid: int, gid: int) -> None:
@@ -192,8 +183,6 @@ def main(argv: list[str] | None = None) -> None:
                     return
                 if message.get("t") == "spawn":
                     _spawn(message, fds, ctl, layout, bpf, args.uid, args.gid)
-                elif message.get("t") == "ping":
-                    _send(ctl, {"t": "pong", "n": message.get("n")})
                 else:
                     for fd in fds:
                         os.close(fd)
@@ -203,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
                         pass
                 except BlockingIOError:
                     pass
-                _reap(ctl)
+                _reap()
 
 
 if __name__ == "__main__":
