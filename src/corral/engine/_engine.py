@@ -23,6 +23,7 @@ from corral.engine._outcome import build_result
 from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outcome
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
 from corral.engine._session import Session, SessionManager
+from corral.engine._supervisor import supervise
 from corral.engine._zygotes import Zygote, stdlib_only
 from corral.errors import Busy, EngineClosed, WorkerError, ZygoteUnavailable
 from corral.sandbox import (
@@ -56,6 +57,8 @@ class EngineStatistics:
     zygote_restarts: int
     runs_by_outcome: dict[str, int]
     scheduler: SchedulerStatistics
+    unavailable: str = ""
+    """Why runs cannot be served now ("" when they can)."""
 
 
 class Engine:
@@ -88,7 +91,6 @@ class Engine:
         self.session_disk_bytes = session_disk_bytes
         self._full = Zygote(preload, limits, self._pool_size)
         self._lean = Zygote(lean_preload, limits, self._pool_size) if lean else None
-        self._closing_event = anyio.Event()
         self._stack: contextlib.AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
@@ -127,8 +129,8 @@ class Engine:
             raise
         self._stack = stack
         self._sessions = SessionManager(self)
-        self._tg.start_soon(self._supervise)
-        self._tg.start_soon(self._sessions.expire_loop)
+        self._tg.start_soon(supervise, "the memory gate", self._poke_memory_gate)
+        self._tg.start_soon(supervise, "session expiry", self._sessions.expire_loop)
 
     def _zygotes(self) -> list[Zygote]:
         return [z for z in (self._full, self._lean) if z is not None]
@@ -136,7 +138,7 @@ class Engine:
     async def _start_zygote(self) -> None:
         assert self._tg is not None
         for zygote in self._zygotes():
-            await zygote.start(self._tg)
+            await self._tg.start(zygote.run)
         self._scheduler.on_running = self._note_running
         assert self._full.host is not None
         hello = self._full.host.hello
@@ -149,22 +151,21 @@ class Engine:
         for zygote in self._zygotes():
             zygote.set_running(running)
 
-    async def _supervise(self) -> None:
-        assert self._tg is not None
-        async with anyio.create_task_group() as tg:
-            for zygote in self._zygotes():
-                tg.start_soon(zygote.supervise, self._tg, self._closing_event)
-            while not self._closing:
-                await anyio.sleep(_MEMORY_POKE)
-                self._scheduler.poke()
-            tg.cancel_scope.cancel()
+    async def _poke_memory_gate(self) -> None:
+        while not self._closing:
+            await anyio.sleep(_MEMORY_POKE)
+            self._scheduler.poke()
+
+    @property
+    def unavailable(self) -> str:
+        """Why runs cannot be served now ("" when they can): a zygote is down."""
+        return "; ".join(z.failure for z in self._zygotes() if z.failure)
 
     async def aclose(self) -> None:
         """Stop admitting work, stop sessions and workers, stop the zygote; idempotent."""
         if self._stack is None or self._closing:
             return
         self._closing = True
-        self._closing_event.set()
         with anyio.CancelScope(shield=True):
             if self._sessions is not None:
                 await self._sessions.close_all()
@@ -259,6 +260,11 @@ class Engine:
                             result = await self._one_shot(job, code, inputs, evidence)
                     except Busy as exc:
                         result = self.refuse("busy", str(exc), evidence, started)
+                    except OSError as exc:
+                        # EMFILE, ENFILE, ENOMEM: this run fails, the server carries on.
+                        logger.warning("a run failed for lack of resources: %s", exc)
+                        message = f"the server is short of resources: {exc}"
+                        result = self.refuse("worker_error", message, evidence, started)
         except anyio.get_cancelled_exc_class():
             self._outcomes["cancelled"] += 1  # the caller's own scope: it gets no result
             raise
@@ -282,7 +288,8 @@ class Engine:
             zygote = self._lean
         pool, host = zygote.pool, zygote.host
         if pool is None or host is None:
-            raise EngineClosed("the engine has no worker pool")
+            reason = zygote.failure or "the zygote is restarting"
+            return job.stopped("worker_error", f"no worker can be started: {reason}", evidence)
         try:
             if job.limits.work_bytes == self.limits.work_bytes:
                 worker = await pool.take()
@@ -297,7 +304,7 @@ class Engine:
                     raise
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             return job.stopped("worker_error", "the zygote restarted; try again", evidence)
-        except WorkerError as exc:
+        except (WorkerError, OSError) as exc:
             return job.stopped("worker_error", f"no worker could be started: {exc}", evidence)
         try:
             return await self.execute_on(worker, job, code, inputs, evidence, session=False)
@@ -408,4 +415,5 @@ class Engine:
             zygote_restarts=sum(z.restarts for z in self._zygotes()),
             runs_by_outcome=dict(self._outcomes),
             scheduler=sched,
+            unavailable=self.unavailable,
         )

@@ -101,6 +101,10 @@ class Session:
                             result = await self._execute(job, code, evidence)
                 except Busy as exc:
                     result = self._engine.refuse("busy", str(exc), evidence, started)
+                except OSError as exc:
+                    # EMFILE, ENFILE, ENOMEM: this run fails, the server carries on.
+                    message = f"the server is short of resources: {exc}"
+                    result = self._engine.refuse("worker_error", message, evidence, started)
         if result is None:
             result = await self._stopped(job, evidence)
         self._engine.count_outcome(result.outcome)

@@ -60,7 +60,7 @@ async def execute(body: ExecuteRequest, request: Request) -> Response:
 
 @router.get("/health")
 async def health(request: Request) -> Response:
-    """Healthy while the engine runs, with its load."""
+    """Healthy while the engine runs, with its load; 503 and the reason while it cannot run."""
     stats = state_of(request).engine.statistics()
     load = {
         "capacity": stats.capacity,
@@ -69,6 +69,11 @@ async def health(request: Request) -> Response:
         "sessions": stats.sessions,
         "pool_ready": stats.pool_ready,
     }
+    unavailable = getattr(stats, "unavailable", "")
+    if unavailable:
+        # Up, but unable to run code until the zygote is back: the balancer should look away.
+        body = {"status": "UNHEALTHY", "reason": unavailable, **load}
+        return json_response(body, 503, headers={"Retry-After": RETRY_AFTER})
     return json_response({"status": "HEALTHY", **load})
 
 

@@ -102,7 +102,7 @@ class WarmPool:
             except BaseException:
                 worker.close()
                 raise
-        except WorkerError:
+        except (WorkerError, OSError):  # OSError: EMFILE and the like; retried after a pause
             self._failed += 1
             if not self._host.dead.is_set():
                 logger.exception("could not prepare a worker")
