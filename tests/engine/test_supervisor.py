@@ -19,7 +19,7 @@ from corral.engine import Engine
 from corral.engine._supervisor import Backoff, supervise
 from corral.errors import IsolationError
 from corral.http import create_app
-from corral.sandbox import ZygoteHost
+from corral.sandbox import Zygote
 from tests.http.httpkit import ALICE, KEYS, client_for
 
 LIMITS = Limits(timeout=10)
@@ -68,25 +68,25 @@ async def _until(condition: Callable[[], bool]) -> None:
 
 
 class _FailingStarts:
-    """``ZygoteHost.start`` that fails ``failures`` times, then waits for ``release``."""
+    """``Zygote.start`` that fails ``failures`` times, then waits for ``release``."""
 
     def __init__(self, failures: int) -> None:
         self.failures = failures
         self.attempts = 0
         self.release = anyio.Event()
-        self._real = ZygoteHost.start
+        self._real = Zygote.start
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         outer = self
 
-        async def start(host: ZygoteHost, task_group: anyio.abc.TaskGroup) -> None:
+        async def start(zygote: Zygote, task_group: anyio.abc.TaskGroup) -> None:
             outer.attempts += 1
             if outer.attempts <= outer.failures:
                 raise IsolationError("injected: cannot build the sandbox")
             await outer.release.wait()
-            await outer._real(host, task_group)
+            await outer._real(zygote, task_group)
 
-        monkeypatch.setattr(ZygoteHost, "start", start)
+        monkeypatch.setattr(Zygote, "start", start)
 
 
 @pytest.mark.anyio
@@ -97,7 +97,7 @@ async def test_a_zygote_restart_failure_keeps_the_engine_up(
     config = Config(mode="gateway", data_dir=tmp_path / "data", api_keys=KEYS, timeout=10)
     async with Engine(capacity=1, pool_size=1, limits=LIMITS, lean=False) as engine:
         app = create_app(engine, config)
-        host = engine._host
+        host = engine._zygote
         assert host is not None
         starts = _FailingStarts(failures=2)  # two failures: the retries go on after one
         starts.install(monkeypatch)
@@ -135,23 +135,23 @@ async def test_a_failing_pool_refill_does_not_cancel_the_engine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async with Engine(capacity=1, pool_size=1, limits=LIMITS, lean=False) as engine:
-        host = engine._host
+        host = engine._zygote
         assert host is not None
-        real_spawn = ZygoteHost.spawn
+        real_spawn = Zygote.spawn
         failed = anyio.Event()
 
-        async def spawn(self: ZygoteHost, **options: Any) -> Any:
+        async def spawn(self: Zygote, **options: Any) -> Any:
             if not failed.is_set():
                 failed.set()
                 raise OSError(24, "Too many open files")
             return await real_spawn(self, **options)
 
-        monkeypatch.setattr(ZygoteHost, "spawn", spawn)
+        monkeypatch.setattr(Zygote, "spawn", spawn)
         first = await engine.run("print(1)")  # takes the ready worker; the refill fails once
         assert first.outcome == "ok"
         with anyio.fail_after(30):
             await failed.wait()
         await _until(lambda: engine.statistics().pool_ready > 0)
-        assert engine._host is host  # the zygote itself was never replaced
+        assert engine._zygote is host  # the zygote itself was never replaced
         second = await engine.run("print(2)")
         assert (second.outcome, second.stdout) == ("ok", "2\n")

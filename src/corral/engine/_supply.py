@@ -1,4 +1,4 @@
-"""The engine's zygotes: each one a supervised fork server with its own warm pool.
+"""Worker supplies: each one a supervised zygote with its own warm pool of ready workers.
 
 The full zygote has the preload set (numpy, pandas, matplotlib) imported; a lean one has only
 the runner. Forking costs in proportion to the parent's memory, so code that imports nothing
@@ -19,9 +19,9 @@ import anyio.abc
 from corral._limits import Limits
 from corral.engine._supervisor import Backoff
 from corral.errors import IsolationError, WorkerError
-from corral.sandbox import WarmPool, ZygoteHost, doctor
+from corral.sandbox import WarmPool, Zygote, doctor
 
-__all__ = ["Zygote", "stdlib_only"]
+__all__ = ["WorkerSupply", "stdlib_only"]
 
 logger = logging.getLogger("corral.engine")
 
@@ -51,26 +51,26 @@ def stdlib_only(code: str) -> bool:
     return True
 
 
-async def _probe(host: ZygoteHost) -> None:
+async def _probe(zygote: Zygote) -> None:
     """Refuse to start unless one worker can be built: a host without user namespaces (say)
     must fail here, with a reason, rather than time out every run later."""
     try:
-        worker = await host.spawn()
+        worker = await zygote.spawn()
         try:
             await worker.wait_ready()
         finally:
             worker.close()
     except WorkerError as exc:
-        await host.aclose()
+        await zygote.aclose()
         raise IsolationError(
             f"cannot start an isolated worker ({exc}); `corral doctor` shows what is missing"
         ) from exc
 
 
-class Zygote:
+class WorkerSupply:
     """One zygote process, restarted whenever it dies or fails, and its pool of ready workers.
 
-    While it is down (dead, restarting, or failing to come back), ``host`` and ``pool`` are
+    While it is down (dead, restarting, or failing to come back), ``zygote`` and ``pool`` are
     None and ``failure`` says why; runs then end ``worker_error`` with that reason and the
     restarts continue with backoff. Nothing here ever cancels the engine.
     """
@@ -79,7 +79,7 @@ class Zygote:
         self.preload = tuple(preload)
         self._limits = limits
         self._pool_size = pool_size
-        self.host: ZygoteHost | None = None
+        self.zygote: Zygote | None = None
         self.pool: WarmPool | None = None
         self.restarts = 0
         self.failure = ""
@@ -90,7 +90,7 @@ class Zygote:
     async def _start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Raises: IsolationError (with doctor's reasons), ZygoteUnavailable."""
         limits = self._limits
-        host = ZygoteHost(
+        zygote = Zygote(
             preload=self.preload,
             max_file_bytes=limits.max_file_bytes,
             static={
@@ -101,22 +101,22 @@ class Zygote:
             },
         )
         try:
-            await host.start(task_group)
-            await _probe(host)
+            await zygote.start(task_group)
+            await _probe(zygote)
         except IsolationError as exc:
-            await host.aclose()
+            await zygote.aclose()
             problems = "; ".join((await anyio.to_thread.run_sync(doctor)).problems)
             if not problems:
                 raise
             raise IsolationError(f"{exc}. corral doctor: {problems}") from exc
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await host.aclose()
+                await zygote.aclose()
             raise
-        pool = WarmPool(host, self._pool_size)
+        pool = WarmPool(zygote, self._pool_size)
         pool.set_running(self._running)
         await pool.run(task_group)
-        self.host, self.pool = host, pool
+        self.zygote, self.pool = zygote, pool
 
     def set_running(self, running: int) -> None:
         self._running = running
@@ -142,19 +142,19 @@ class Zygote:
             try:
                 async with anyio.create_task_group() as tg:
                     await self._start(tg)
-                    assert self.host is not None
+                    assert self.zygote is not None
                     if started:
-                        logger.warning("zygote %s is back", self.host.pid)
+                        logger.warning("zygote %s is back", self.zygote.pid)
                     else:
                         started = True
                         task_status.started()
                     self.failure = ""
                     backoff.reset()
-                    await self.host.dead.wait()
+                    await self.zygote.dead.wait()
                     if self._closed.is_set():
                         return
-                    self.failure = f"the zygote (pid {self.host.pid}) died; it is restarting"
-                    logger.error("zygote %s died; restarting it", self.host.pid)
+                    self.failure = f"the zygote (pid {self.zygote.pid}) died; it is restarting"
+                    logger.error("zygote %s died; restarting it", self.zygote.pid)
                     tg.cancel_scope.cancel()
             except Exception as exc:
                 cause = _sole(exc)
@@ -176,12 +176,12 @@ class Zygote:
         await self._teardown()
 
     async def _teardown(self) -> None:
-        pool, host = self.pool, self.host
-        self.pool = self.host = None
+        pool, zygote = self.pool, self.zygote
+        self.pool = self.zygote = None
         if pool is not None:
             pool.close()
-        if host is not None:
-            await host.aclose()
+        if zygote is not None:
+            await zygote.aclose()
 
 
 def _sole(exc: Exception) -> Exception:
