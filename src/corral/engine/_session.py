@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from corral._fs import FileEntry
+from corral._fs import DEFAULT_MAX_ENTRIES, Listing
 from corral._limits import Limits
 from corral.engine._files import SessionFiles
 from corral.engine._inputs import RunEventSink
@@ -165,10 +165,12 @@ class Session:
         self.touch()
         return await self.files.get(path, max_bytes)
 
-    async def list_files(self) -> list[FileEntry]:
+    async def list_files(self, *, max_entries: int = DEFAULT_MAX_ENTRIES) -> Listing:
+        """The session's regular files, sorted: at most ``max_entries``; ``truncated`` says
+        whether there were more (or the walk met its bound first)."""
         self._check_open()
         self.touch()
-        return await self.files.list()
+        return await self.files.list(max_entries)
 
     async def delete_file(self, path: str) -> None:
         self._check_open()

@@ -24,7 +24,7 @@ from corral.http._models import (
 )
 from corral.http._multipart import MultipartReader
 from corral.http._responses import json_response
-from corral.http._sessions import not_found
+from corral.http._sessions import listing_headers, not_found
 from corral.http._state import SessionAPI, State, caller_of, require_caller, state_of
 from corral.http._transfers import (
     check_file_path,
@@ -90,10 +90,11 @@ async def list_files(request: Request) -> Response:
     session_id = _session_id(await parse_body(request, SessionBody))
     session = state.registry.lookup(caller.owner, session_id)
     try:
-        files = await session.list_files()
+        files = await session.list_files(max_entries=state.config.list_max_entries)
     except (SessionNotFound, SessionClosed):
         not_found(session_id)
-    return json_response({"files": [{"path": f.path, "size": f.size} for f in files]})
+    body = {"files": [{"path": f.path, "size": f.size} for f in files]}
+    return json_response(body, headers=listing_headers(files))
 
 
 @router.post("/download_file")

@@ -22,9 +22,17 @@ from corral.errors import SessionClosed, SessionNotFound
 from corral.http._errors import fail
 from corral.http._state import EngineAPI, SessionAPI
 
-__all__ = ["Registry", "not_found", "valid_session_id"]
+__all__ = ["TRUNCATED_HEADER", "Registry", "listing_headers", "not_found", "valid_session_id"]
 
 _MAX_ID_BYTES = 800  # DIAL bounds the session's whole storage path to 900 bytes
+
+TRUNCATED_HEADER = "Corral-Listing-Truncated"
+"""Set to ``true`` on a file listing cut at ``list_max_entries``: DIAL's body has no room."""
+
+
+def listing_headers(files: object) -> dict[str, str] | None:
+    """The headers of a listing response: says so when the listing was cut."""
+    return {TRUNCATED_HEADER: "true"} if getattr(files, "truncated", False) else None
 
 
 def valid_session_id(value: str) -> bool:
