@@ -142,6 +142,7 @@ class Config:
         return {
             "capacity": self.capacity,
             "queue_size": self.queue_size,
+            "max_queued_per_tenant": self.max_queued_per_key,
             "limits": self.limits(),
             "session_idle_timeout": self.session_idle_timeout,
             "session_disk_bytes": self.session_disk_bytes,

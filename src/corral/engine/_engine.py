@@ -73,6 +73,7 @@ class Engine:
         *,
         capacity: int | None = None,
         queue_size: int = 256,
+        max_queued_per_tenant: int | None = None,
         pool_size: int | None = None,
         limits: Limits = DEFAULT_LIMITS,
         preload: Sequence[str] = DEFAULT_PRELOAD,
@@ -86,7 +87,12 @@ class Engine:
         self.limits = limits
         self._preload = tuple(preload)
         self._pool_size = pool_size if pool_size is not None else self.capacity
-        self._scheduler = Scheduler(self.capacity, queue_size, min_free_memory=min_free_memory)
+        self._scheduler = Scheduler(
+            self.capacity,
+            queue_size,
+            max_queued_per_tenant=max_queued_per_tenant,
+            min_free_memory=min_free_memory,
+        )
         self.session_idle_timeout = session_idle_timeout
         self.session_disk_bytes = session_disk_bytes
         self._full = WorkerSupply(preload, limits, self._pool_size)
@@ -227,6 +233,7 @@ class Engine:
         limits: Limits | None = None,
         on_event: RunEventSink | None = None,
         cancel: anyio.Event | None = None,
+        tenant: str = "",
     ) -> ExecutionResult:
         """Run ``code`` once in a fresh worker.
 
@@ -236,6 +243,8 @@ class Engine:
             limits: bounds for this call; the engine's default when None.
             on_event: receives metadata-only lifecycle events.
             cancel: set it to stop the run; the result then has outcome ``cancelled``.
+            tenant: whose run this is (an API key's owner, an MCP session): waiting runs of
+                several tenants share the workers fairly.
 
         Raises:
             EngineClosed: the engine is not running.
@@ -255,7 +264,7 @@ class Engine:
             with anyio.CancelScope(deadline=deadline) as scope:
                 async with watch_cancel(cancel, scope, job):
                     try:
-                        async with self._scheduler.slot(on_queued=job.queued):
+                        async with self._scheduler.slot(on_queued=job.queued, tenant=tenant):
                             job.admitted()
                             result = await self._one_shot(job, code, inputs, evidence)
                     except Busy as exc:

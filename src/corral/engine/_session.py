@@ -71,8 +71,11 @@ class Session:
         limits: Limits | None = None,
         on_event: RunEventSink | None = None,
         cancel: anyio.Event | None = None,
+        tenant: str = "",
     ) -> ExecutionResult:
         """Run ``code`` in this session's interpreter; state persists between runs.
+
+        ``tenant`` names whose run this is, for fair scheduling (see ``Engine.run``).
 
         Raises:
             SessionClosed: the session was closed or expired.
@@ -96,7 +99,8 @@ class Session:
                 try:
                     async with self._lock:
                         self._check_open()
-                        async with self._engine.scheduler.slot(on_queued=job.queued):
+                        slot = self._engine.scheduler.slot(on_queued=job.queued, tenant=tenant)
+                        async with slot:
                             job.admitted()
                             result = await self._execute(job, code, evidence)
                 except Busy as exc:

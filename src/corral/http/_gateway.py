@@ -176,10 +176,10 @@ async def execute_code(request: Request) -> Response:
         fail(400, "Missing code")
     if body.sessionId is None and not body.inputFiles and not body.outputFiles:
         # No files to move: a one-shot worker is a temporary session that costs less.
-        result = await state.engine.run(body.code)
+        result = await state.engine.run(body.code, tenant=caller.owner)
         return _answer(state, result)
     if body.sessionId is None:
-        async with state.registry.temporary() as session:
+        async with state.registry.temporary(caller.owner) as session:
             return await _execute(state, caller, session, body)
     session = state.registry.lookup(caller.owner, body.sessionId)
     cancel = state.registry.cancel_event(caller.owner, body.sessionId)
@@ -205,7 +205,7 @@ async def _execute(
     for item in body.inputFiles or ():
         target_path, stored = await prepare_input(state, caller, item)
         await transfer_input(state, session, target_path, stored)
-    result = await session.run(body.code, cancel=cancel)
+    result = await session.run(body.code, cancel=cancel, tenant=caller.owner)
     if result.outcome != "busy":
         for output in body.outputFiles or ():
             source_path, target = check_output(caller, output)

@@ -40,7 +40,7 @@ async def execute(body: ExecuteRequest, request: Request) -> Response:
         session = state.registry.lookup(caller.owner, body.sessionId)
         cancel = state.registry.cancel_event(caller.owner, body.sessionId)
         try:
-            result = await session.run(body.code, cancel=cancel)
+            result = await session.run(body.code, cancel=cancel, tenant=caller.owner)
         except Exception:
             if state.registry.is_closed(caller.owner, session, body.sessionId):
                 not_found(body.sessionId)
@@ -51,7 +51,7 @@ async def execute(body: ExecuteRequest, request: Request) -> Response:
         limits = state.config.limits()
         if body.timeout is not None:
             limits = limits.replace(timeout=min(body.timeout, limits.timeout))
-        result = await state.engine.run(body.code, limits=limits)
+        result = await state.engine.run(body.code, limits=limits, tenant=caller.owner)
     state.metrics.observe("execute", result.outcome, result.elapsed_ms)
     if result.outcome == "busy":
         return json_response(result.as_dict(), 503, headers={"Retry-After": RETRY_AFTER})

@@ -98,12 +98,7 @@ class Registry:
         entries = self._prune(owner)
         if sid in entries:
             fail(400, f"Session already exists: {sid}")
-        if len(entries) >= self._max:
-            fail(
-                429,
-                f"Too many open sessions for this API key (limit {self._max}); "
-                "close a session or wait for idle sessions to expire",
-            )
+        self._check_room(entries)
         entry = entries[sid] = _Entry()
         try:
             session = await self._engine.open_session()
@@ -115,6 +110,15 @@ class Registry:
             with anyio.CancelScope(shield=True):
                 await session.close()
         return sid
+
+    def _check_room(self, entries: dict[str, _Entry]) -> None:
+        if len(entries) >= self._max:
+            fail(
+                429,
+                f"Too many open sessions for this API key (limit {self._max}, counting the "
+                "temporary sessions of runs with inputFiles or outputFiles); close a session, "
+                "wait for a run to finish or for idle sessions to expire",
+            )
 
     def lookup(self, owner: str, session_id: str) -> SessionAPI:
         """The caller's session.
@@ -154,11 +158,26 @@ class Registry:
             await session.close()
 
     @contextlib.asynccontextmanager
-    async def temporary(self) -> AsyncIterator[SessionAPI]:
-        """A session nobody else can name, closed on every way out (dial-api.md §5.8)."""
-        session = await self._engine.open_session()
+    async def temporary(self, owner: str) -> AsyncIterator[SessionAPI]:
+        """A session nobody else can name, closed on every way out (dial-api.md §5.8).
+
+        It counts against ``owner``'s sessions while it lives.
+
+        Raises:
+            HTTPException: 429 too many sessions.
+        """
+        entries = self._prune(owner)
+        self._check_room(entries)
+        # A control character: no caller's sessionId can name this entry.
+        name = f"\x00temporary-{uuid.uuid4().hex}"
+        entries[name] = _Entry()
         try:
-            yield session
+            session = await self._engine.open_session()
+            entries[name].session = session
+            try:
+                yield session
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await session.close()
         finally:
-            with anyio.CancelScope(shield=True):
-                await session.close()
+            entries.pop(name, None)

@@ -53,7 +53,12 @@ class SessionAPI(Protocol):
     def id(self) -> str: ...
 
     async def run(
-        self, code: str, *, limits: Limits | None = None, cancel: anyio.Event | None = None
+        self,
+        code: str,
+        *,
+        limits: Limits | None = None,
+        cancel: anyio.Event | None = None,
+        tenant: str = "",
     ) -> ExecutionResult: ...
 
     async def put_file(self, path: str, data: bytes | AsyncIterable[bytes]) -> FileInfo: ...
@@ -68,7 +73,9 @@ class SessionAPI(Protocol):
 class EngineAPI(Protocol):
     """The engine (``corral.engine.Engine``), started by whoever built the app."""
 
-    async def run(self, code: str, *, limits: Limits | None = None) -> ExecutionResult: ...
+    async def run(
+        self, code: str, *, limits: Limits | None = None, tenant: str = ""
+    ) -> ExecutionResult: ...
 
     async def open_session(self) -> Any: ...
 
