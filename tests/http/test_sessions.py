@@ -50,7 +50,7 @@ async def test_temporary_sessions_count_against_the_per_key_limit(
                 # One open session and one temporary: the limit of two is reached.
                 refused = await post(client, "open_session", {"sessionId": None})
                 assert refused.status_code == 429
-                assert "temporary sessions" in refused.text
+                assert "temporary session counts" in refused.text
                 third = await post(client, "execute_code", {**with_files, "code": "1"})
                 assert third.status_code == 429
         assert results == [200]  # the held run ended at its deadline, with an answer

@@ -3,8 +3,9 @@ between tenants, and a memory-pressure gate.
 
 When a slot frees and several tenants (API keys, MCP sessions) wait, it goes to the tenant
 with the fewest runs going; among equals, to the one served least recently (round robin),
-then the longest waiting; within a tenant, runs start in arrival order. So one tenant's many streams take turns with another's instead of holding
-every worker, and a per-tenant bound on waiting runs keeps one tenant from filling the queue.
+then the longest waiting; within a tenant, runs start in arrival order. So one tenant's
+many streams take turns with another's instead of holding every worker, and a per-tenant
+bound on waiting runs keeps one tenant from filling the queue.
 
 A queued job that is cancelled leaves the queue before it is granted, so it never starts
 later; one granted at the moment it was cancelled hands its slot straight on.

@@ -115,9 +115,9 @@ class Registry:
         if len(entries) >= self._max:
             fail(
                 429,
-                f"Too many open sessions for this API key (limit {self._max}, counting the "
-                "temporary sessions of runs with inputFiles or outputFiles); close a session, "
-                "wait for a run to finish or for idle sessions to expire",
+                f"Too many open sessions for this API key (limit {self._max}); close a "
+                "session, wait for a run with inputFiles or outputFiles to finish (its "
+                "temporary session counts too) or for idle sessions to expire",
             )
 
     def lookup(self, owner: str, session_id: str) -> SessionAPI:
