@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -41,6 +41,8 @@ __all__ = ["Engine", "EngineStatistics"]
 logger = logging.getLogger("corral.engine")
 
 _MEMORY_POKE = 0.1  # seconds between memory-gate re-checks while jobs wait
+_CANCEL_GRACE = 5.0  # seconds for cancelled runs to kill their workers and answer
+SHUTTING_DOWN = "the server is shutting down"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,9 @@ class Engine:
         self._outcomes: Counter[str] = Counter()
         self.runtime = ""
         self._sessions: SessionManager | None = None
+        self._live: dict[Job, anyio.CancelScope] = {}
+        self._idle = anyio.Event()
+        self._draining = False
 
     # lifecycle -------------------------------------------------------------------------
 
@@ -200,9 +205,43 @@ class Engine:
     def running(self) -> bool:
         return self._stack is not None and not self._closing
 
-    def _check_open(self) -> None:
+    def _check_open(self, *, admit: bool = True) -> None:
+        """Raises EngineClosed unless running (and, to ``admit`` new work, not draining)."""
         if not self.running:
             raise EngineClosed("the engine is not running (use `async with Engine()`)")
+        if admit and self._draining:
+            raise EngineClosed(SHUTTING_DOWN)
+
+    @contextlib.contextmanager
+    def tracked(self, job: Job, scope: anyio.CancelScope) -> Iterator[None]:
+        """Keep ``job`` among the runs in flight that ``drain`` waits for (shared with
+        sessions)."""
+        self._live[job] = scope
+        try:
+            yield
+        finally:
+            del self._live[job]
+            if not self._live:
+                self._idle.set()
+
+    async def _wait_idle(self) -> None:
+        while self._live:
+            self._idle = anyio.Event()
+            await self._idle.wait()
+
+    async def drain(self, grace: float) -> None:
+        """Stop admitting work, let runs in flight finish within ``grace`` seconds, then
+        cancel the rest: they end ``cancelled``, "the server is shutting down". Call it
+        before ``aclose`` for a graceful stop."""
+        self._draining = True
+        with anyio.move_on_after(grace):
+            await self._wait_idle()
+        for job, scope in list(self._live.items()):
+            job.stop_reason = SHUTTING_DOWN
+            job.cancelled_explicitly = True
+            scope.cancel()
+        with anyio.move_on_after(_CANCEL_GRACE):
+            await self._wait_idle()
 
     # runs ------------------------------------------------------------------------------
 
@@ -261,7 +300,7 @@ class Engine:
         deadline = anyio.current_time() + limits.timeout
         result: ExecutionResult | None = None
         try:
-            with anyio.CancelScope(deadline=deadline) as scope:
+            with anyio.CancelScope(deadline=deadline) as scope, self.tracked(job, scope):
                 async with watch_cancel(cancel, scope, job):
                     try:
                         async with self._scheduler.slot(on_queued=job.queued, tenant=tenant):
@@ -279,7 +318,7 @@ class Engine:
             raise
         if result is None:
             outcome: Outcome = "cancelled" if job.cancelled_explicitly else "timeout"
-            message = (
+            message = job.stop_reason or (
                 "the run was cancelled"
                 if outcome == "cancelled"
                 else f"the run exceeded its {limits.timeout:g} s time limit"
@@ -381,7 +420,7 @@ class Engine:
 
     def get_session(self, session_id: str) -> Session:
         """Raises: SessionNotFound."""
-        self._check_open()
+        self._check_open(admit=False)
         assert self._sessions is not None
         return self._sessions.get(session_id)
 

@@ -99,6 +99,8 @@ class Job:
         self.cancelled_explicitly = False
         self.worker: Worker | None = None
         self.restarted = False
+        self.stop_reason = ""
+        """Why the run was stopped, when the engine (not the caller) stopped it."""
 
     def _ms(self, since: float | None = None) -> float:
         return (time.perf_counter() - (since or self.started)) * 1000.0

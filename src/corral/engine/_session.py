@@ -94,7 +94,7 @@ class Session:
         job = Job(started, limits, on_event)
         result: ExecutionResult | None = None
         deadline = anyio.current_time() + limits.timeout
-        with anyio.CancelScope(deadline=deadline) as scope:
+        with anyio.CancelScope(deadline=deadline) as scope, self._engine.tracked(job, scope):
             async with watch_cancel(cancel, scope, job, self._closing):
                 try:
                     async with self._lock:
@@ -138,7 +138,7 @@ class Session:
 
     async def _stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
         outcome: Outcome = "cancelled" if job.cancelled_explicitly else "timeout"
-        what = (
+        what = job.stop_reason or (
             "the run was cancelled"
             if outcome == "cancelled"
             else f"the run exceeded its {job.limits.timeout:g} s time limit"
