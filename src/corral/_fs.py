@@ -31,6 +31,8 @@ from corral.errors import FileTooLarge, InvalidPath
 
 __all__ = [
     "DEFAULT_MAX_ENTRIES",
+    "NAME_MAX",
+    "PATH_MAX",
     "TEMP_PREFIX",
     "AtomicWriter",
     "FileEntry",
@@ -51,6 +53,8 @@ TEMP_PREFIX = ".corral-tmp-"
 """Names of in-progress writes where ``O_TMPFILE`` is unavailable; never listed."""
 
 _READ_CHUNK = 1024 * 1024  # bytes per read() call; bounds one allocation, not the file
+NAME_MAX = 255  # bytes in one path component (Linux)
+PATH_MAX = 4096  # bytes in a whole path, with its terminating NUL (Linux)
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
@@ -119,11 +123,18 @@ def validate_relpath(path: StrPath) -> PurePosixPath:
     ``.`` components and repeated slashes are dropped; nothing else is rewritten.
 
     Raises:
-        InvalidPath: empty, absolute, containing ``..`` or a NUL byte.
+        InvalidPath: empty, absolute, containing ``..`` or a NUL byte, not valid Unicode
+            (a lone surrogate), or a name past ``NAME_MAX`` or a path past ``PATH_MAX`` bytes.
     """
     text = os.fspath(path)
     if "\0" in text:
         raise InvalidPath(f"{text!r}: contains a NUL byte")
+    try:
+        raw = os.fsencode(text)
+    except UnicodeEncodeError:
+        raise InvalidPath(f"{text!r}: not valid Unicode") from None
+    if len(raw) >= PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        raise InvalidPath(f"{text[:64]!r}...: name too long")
     rel = PurePosixPath(text)
     if rel.is_absolute():
         raise InvalidPath(f"{text}: absolute paths are not allowed")

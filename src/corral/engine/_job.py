@@ -25,6 +25,11 @@ def validate_request(code: str, inputs: Sequence[Input], limits: Limits) -> str:
         return f"code has {len(code)} characters; the limit is {limits.code_chars}"
     if "\x00" in code:
         return "code contains a NUL character"
+    if not code.isascii():
+        try:
+            code.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"code is not valid Unicode: a lone surrogate at character {exc.start}"
     if len(inputs) > limits.max_sources:
         return f"{len(inputs)} inputs; at most {limits.max_sources} may be mounted"
     if len({i.id for i in inputs}) != len(inputs):

@@ -37,13 +37,17 @@ def listing_headers(files: object) -> dict[str, str] | None:
 
 def valid_session_id(value: str) -> bool:
     """DIAL's session id rule (dial-api.md §5.5), plus no ``.``/``..`` segments."""
-    if not value or value.endswith("/") or len(value.encode()) > _MAX_ID_BYTES:
+    if (
+        not value
+        or value.endswith("/")
+        or len(value.encode("utf-8", "surrogatepass")) > _MAX_ID_BYTES
+    ):
         return False
     for segment in value.split("/"):
         decoded = unquote(segment)
         if not decoded or decoded in (".", ".."):
             return False
-        if any(c in "/{}" or ord(c) <= 0x1F for c in decoded):
+        if any(c in "/{}" or ord(c) <= 0x1F or 0xD800 <= ord(c) <= 0xDFFF for c in decoded):
             return False
     return True
 
