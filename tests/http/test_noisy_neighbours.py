@@ -3,6 +3,7 @@ bounded, the process stays up, and what fails is one request, never the server."
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -82,4 +83,39 @@ async def test_listing_a_30000_folder_session_keeps_fds_bounded(tmp_path: Path) 
         assert [r["stdout"] for r in served] == [f"{i}\n" for i in range(6)]
         assert watch.most < baseline + _FD_HEADROOM, (baseline, watch.most)
         assert server.alive()
+        assert (await carol.get("/health")).status_code == 200
+
+
+async def test_descriptor_exhaustion_fails_requests_never_the_server(tmp_path: Path) -> None:
+    limit = 256
+    async with running_server(tmp_path, nofile=limit) as server, server.client(CAROL) as carol:
+        first = await _execute(carol, "print('warm')")  # keeps its connection alive
+        assert first["stdout"] == "warm\n"
+        assert server.fds() < limit - 64, server.fds()
+        hogs: list[socket.socket] = []
+        try:
+            host, port = server.url.removeprefix("http://").split(":")
+            for _ in range(limit + 64):  # more than the server can take: it hits EMFILE
+                hogs.append(socket.create_connection((host, int(port)), timeout=5))
+            with anyio.fail_after(30):
+                while server.fds() < limit - 4:  # noqa: ASYNC110 - the server accepts them
+                    await anyio.sleep(0.02)
+            answers = set()
+            for i in range(6):  # workers, pipes and refills now all meet EMFILE
+                response = await carol.post("/v1/execute", json={"code": f"print({i})"})
+                assert response.status_code in (200, 503), response.text
+                answers.add(response.json()["outcome"] if response.status_code == 200 else 503)
+                assert server.alive()
+            assert answers <= {"ok", "worker_error", 503}, answers
+        finally:
+            for hog in hogs:
+                hog.close()
+        assert server.alive()
+        with anyio.fail_after(60):
+            while True:  # the pool refills after its backoff once descriptors are free
+                result = await _execute(carol, "print('recovered')")
+                if result["status"] == "SUCCESS":
+                    break
+                await anyio.sleep(0.2)
+        assert result["stdout"] == "recovered\n"
         assert (await carol.get("/health")).status_code == 200

@@ -144,8 +144,9 @@ class Zygote:
                 kind = message.get("t")
                 if kind == "spawned" and message.get("id") in self._pending:
                     event, box = self._pending[message["id"]]
-                    box.extend([message["pid"], fds[0]])
-                    event.set()
+                    if fds:  # none when we were out of descriptors (EMFILE truncates them)
+                        box.extend([message["pid"], fds[0]])
+                    event.set()  # an empty box fails this one spawn, not the zygote
                 else:
                     for fd in fds:
                         os.close(fd)
