@@ -119,3 +119,97 @@ async def test_descriptor_exhaustion_fails_requests_never_the_server(tmp_path: P
                 await anyio.sleep(0.2)
         assert result["stdout"] == "recovered\n"
         assert (await carol.get("/health")).status_code == 200
+
+
+# the short noisy-neighbour soak (bench/soak.py runs the long one) ------------------------------
+
+GUARD = """\
+import os, socket
+if (os.getpid() != 1
+        or sorted(p for p in os.listdir('/proc') if p.isdigit()) != ['1']
+        or socket.gethostname() != 'corral'):
+    raise RuntimeError('refusing to run hostile code outside the corral sandbox')
+print('sandbox confirmed', flush=True)
+"""
+"""Proves from inside that the sandbox is in effect before any hostile code runs."""
+
+ATTACKS = {
+    "fork bomb": "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+    "memory bomb": "hoard = []\nwhile True:\n    hoard.append(bytearray(64 * 1024 * 1024))\n",
+    "output flood": "while True:\n    print('x' * 10000)\n",
+    "stderr flood": "import sys\nwhile True:\n    sys.stderr.write('y' * 10000)\n",
+    "busy loop": "while True:\n    pass\n",
+    "fd hoard": "fds = []\nwhile True:\n    fds.append(os.open('/', os.O_RDONLY))\n",
+}
+VICTIM_RUNS = 60
+VICTIM_CONCURRENCY = 4
+_SETTLE = 30.0  # seconds for killed workers to be reaped and the pool to refill
+
+
+async def _settled(condition: Any) -> None:
+    with anyio.fail_after(_SETTLE):
+        while not condition():  # noqa: ASYNC110 - reaping and refills signal nothing
+            await anyio.sleep(0.1)
+
+
+async def test_short_noisy_neighbour_soak(tmp_path: Path) -> None:
+    async with running_server(tmp_path) as server:
+        baseline_fds = server.fds()
+        baseline_processes = len(server.descendants())
+        outcomes: list[str] = []
+        attacks: list[tuple[str, str]] = []
+        async with server.client(ALICE) as alice, server.client(CAROL) as carol:
+            session = await _open_session(alice)
+            made = await _execute(alice, MANY_DIRS, session)
+            assert made["status"] == "SUCCESS", made
+            victims_done = anyio.Event()
+
+            async def attacker(names: list[str]) -> None:
+                while not victims_done.is_set():
+                    for name in names:
+                        body = {"code": GUARD + ATTACKS[name], "timeout": 2.0}
+                        response = await alice.post("/v1/execute", json=body)
+                        assert response.status_code in (200, 503), (name, response.text)
+                        if response.status_code == 200:
+                            attacked = response.json()
+                            assert "refusing to run hostile code" not in attacked["stderr"]
+                            if attacked["stdout"].startswith("sandbox confirmed"):
+                                attacks.append((name, attacked["outcome"]))  # it did run
+                    walk = await alice.post(f"{OPS}/list_files", json={"sessionId": session})
+                    assert walk.status_code == 200
+
+            def attacked_enough() -> bool:
+                return {name for name, _ in attacks} == set(ATTACKS)
+
+            async def victim(count: int) -> None:
+                i = 0
+                while i < count or not attacked_enough():  # every attack meets victims
+                    i += 1
+                    response = await carol.post("/v1/execute", json={"code": f"print({i} * 2)"})
+                    if response.status_code == 503:
+                        outcomes.append("busy")
+                        continue
+                    result = response.json()
+                    outcomes.append(result["outcome"])
+                    if result["outcome"] == "ok":
+                        assert result["stdout"] == f"{i * 2}\n"
+
+            with anyio.fail_after(120):
+                async with anyio.create_task_group() as tg:
+                    names = sorted(ATTACKS)
+                    tg.start_soon(attacker, names[::2])
+                    tg.start_soon(attacker, names[1::2])
+                    async with anyio.create_task_group() as victims:
+                        for _ in range(VICTIM_CONCURRENCY):
+                            victims.start_soon(victim, VICTIM_RUNS // VICTIM_CONCURRENCY)
+                    victims_done.set()
+            await alice.post(f"{OPS}/close_session", json={"sessionId": session})
+        assert server.alive()
+        assert {name for name, _ in attacks} == set(ATTACKS)  # every attack ran at least once
+        assert len(outcomes) >= VICTIM_RUNS
+        assert outcomes.count("ok") >= 0.95 * len(outcomes), outcomes
+        assert set(outcomes) <= {"ok", "busy"}, outcomes
+        await _settled(lambda: server.fds() <= baseline_fds + 4)
+        await _settled(lambda: len(server.descendants()) <= baseline_processes)
+        async with server.client(CAROL) as carol:
+            assert (await carol.get("/health")).status_code == 200
