@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -24,6 +24,7 @@ from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outc
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
 from corral.engine._session import Session, SessionManager
 from corral.engine._supervisor import supervise
+from corral.engine._stream import OutputEvent, OutputListener, iterate
 from corral.engine._supply import WorkerSupply, stdlib_only
 from corral.errors import Busy, EngineClosed, WorkerError, ZygoteUnavailable
 from corral.sandbox import (
@@ -273,6 +274,7 @@ class Engine:
         on_event: RunEventSink | None = None,
         cancel: anyio.Event | None = None,
         tenant: str = "",
+        on_output: OutputListener | None = None,
     ) -> ExecutionResult:
         """Run ``code`` once in a fresh worker.
 
@@ -284,6 +286,8 @@ class Engine:
             cancel: set it to stop the run; the result then has outcome ``cancelled``.
             tenant: whose run this is (an API key's owner, an MCP session): waiting runs of
                 several tenants share the workers fairly.
+            on_output: receives stdout and stderr chunks and display bundles as they come,
+                within the run's ceilings; the result is the same with or without it.
 
         Raises:
             EngineClosed: the engine is not running.
@@ -296,7 +300,7 @@ class Engine:
         if problem:
             self._outcomes["invalid_input"] += 1
             return self.refuse("invalid_input", problem, evidence, started)
-        job = Job(started, limits, on_event)
+        job = Job(started, limits, on_event, on_output)
         deadline = anyio.current_time() + limits.timeout
         result: ExecutionResult | None = None
         try:
@@ -327,6 +331,38 @@ class Engine:
         self._outcomes[result.outcome] += 1
         job.finished(result)
         return result
+
+    def stream(
+        self,
+        code: str,
+        *,
+        inputs: Sequence[Input] = (),
+        limits: Limits | None = None,
+        on_event: RunEventSink | None = None,
+        cancel: anyio.Event | None = None,
+        tenant: str = "",
+    ) -> AsyncGenerator[OutputEvent | ExecutionResult, None]:
+        """Run ``code`` as ``run`` does; yield its OutputEvents, then its ExecutionResult.
+
+        Leaving the loop early cancels the run.
+
+        Raises:
+            EngineClosed: the engine is not running, or stopped during the run.
+        """
+
+        def start(listener: OutputListener, stop: anyio.Event) -> Awaitable[ExecutionResult]:
+            return self.run(
+                code, inputs=inputs, limits=limits, on_event=on_event, cancel=stop,
+                on_output=listener, tenant=tenant,
+            )  # fmt: skip
+
+        return iterate(self.background(), start, cancel)
+
+    def background(self) -> anyio.abc.TaskGroup:
+        """The engine's task group, for work that outlives one call (streamed runs)."""
+        self._check_open()
+        assert self._tg is not None
+        return self._tg
 
     async def _one_shot(
         self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
@@ -392,7 +428,7 @@ class Engine:
             logger.warning("worker %s failed: %s", worker.pid, exc)
             return job.stopped("worker_error", f"the worker failed: {exc}", evidence)
         try:
-            return build_result(
+            result = build_result(
                 "ok",
                 job.capture,
                 job.limits,
@@ -403,6 +439,10 @@ class Engine:
             )
         except WorkerError as exc:
             return job.stopped("worker_error", f"the worker sent a bad report: {exc}", evidence)
+        if job.capture.tap is not None:
+            for bundle in result.display:
+                job.capture.tap.display(bundle)
+        return result
 
     # sessions ----------------------------------------------------------------------------
 
