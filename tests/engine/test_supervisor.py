@@ -146,6 +146,7 @@ async def test_a_failing_pool_refill_does_not_cancel_the_engine(
                 raise OSError(24, "Too many open files")
             return await real_spawn(self, **options)
 
+        await _until(lambda: engine.statistics().pool_ready > 0)
         monkeypatch.setattr(Zygote, "spawn", spawn)
         first = await engine.run("print(1)")  # takes the ready worker; the refill fails once
         assert first.outcome == "ok"
@@ -155,3 +156,23 @@ async def test_a_failing_pool_refill_does_not_cancel_the_engine(
         assert engine._zygote is host  # the zygote itself was never replaced
         second = await engine.run("print(2)")
         assert (second.outcome, second.stdout) == ("ok", "2\n")
+
+
+@pytest.mark.anyio
+@pytest.mark.isolation
+async def test_a_run_waiting_for_a_worker_fails_fast_when_none_can_be_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with Engine(capacity=1, pool_size=1, limits=LIMITS, lean=False) as engine:
+        await _until(lambda: engine.statistics().pool_ready > 0)
+
+        async def spawn(self: Zygote, **options: Any) -> Any:
+            raise OSError(24, "Too many open files")
+
+        monkeypatch.setattr(Zygote, "spawn", spawn)
+        assert (await engine.run("print(1)")).outcome == "ok"  # the worker that was ready
+        with anyio.fail_after(5):  # not the run's 10 s deadline
+            starved = await engine.run("print(2)")
+        assert starved.outcome == "worker_error"
+        assert "Too many open files" in starved.message
+        assert engine.running

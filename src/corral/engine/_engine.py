@@ -23,8 +23,8 @@ from corral.engine._outcome import build_result
 from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outcome
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
 from corral.engine._session import Session, SessionManager
-from corral.engine._supervisor import supervise
 from corral.engine._stream import OutputEvent, OutputListener, iterate
+from corral.engine._supervisor import supervise
 from corral.engine._supply import WorkerSupply, stdlib_only
 from corral.errors import Busy, EngineClosed, WorkerError, ZygoteUnavailable
 from corral.sandbox import (
