@@ -16,7 +16,7 @@ from tests.http.serverkit import ALICE, CAROL, running_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.isolation, pytest.mark.network]
 
-SHORT = "import time\ntime.sleep(1)\nprint('finished')"
+SHORT = "import time\ntime.sleep(0.5)\nprint('finished')"
 LONG = "import time\nprint('started', flush=True)\ntime.sleep(60)"
 
 
@@ -39,7 +39,7 @@ async def _refused(url: str) -> bool:
 
 
 async def test_sigterm_lets_short_runs_finish_and_cancels_the_rest(tmp_path: Path) -> None:
-    async with running_server(tmp_path, server_toml="shutdown_grace = 3.0") as server:
+    async with running_server(tmp_path, server_toml="shutdown_grace = 5.0") as server:
         answers: dict[str, httpx.Response] = {}
         async with server.client(ALICE) as alice, server.client(CAROL) as carol:
             session = (await alice.post("/v1/ops/code_interpreter/open_session", json={})).json()
