@@ -84,7 +84,6 @@ class Zygote:
         limits = self._limits
         host = ZygoteHost(
             preload=self.preload,
-            max_file_bytes=limits.max_file_bytes,
             static={
                 "work_bytes": limits.work_bytes,
                 "pids": limits.pids,

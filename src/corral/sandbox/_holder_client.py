@@ -29,15 +29,12 @@ class Holder:
         ctl: socket.socket,
         out_fd: int,
         err_fd: int,
-        *,
-        max_file_bytes: int,
     ) -> None:
         self.pid = pid
         self._pidfd = pidfd
         self._ctl = ctl
         self._out = out_fd
         self._err = err_fd
-        self._max_file_bytes = max_file_bytes
         self.interpreter_alive = False
         self.closed = False
         ctl.setblocking(False)
@@ -112,7 +109,6 @@ class Holder:
             ours,
             out_r,
             err_r,
-            max_file_bytes=self._max_file_bytes,
             signaller=self._signal_interpreter,
         )
         try:
@@ -149,6 +145,9 @@ class Holder:
             return
         self.kill()
         self.closed = True
+        # Wakes a task still waiting on one of them, before the number can be reused.
+        for each in (self._ctl, self._out, self._err):
+            anyio.notify_closing(each)
         self._ctl.close()
         for fd in (self._out, self._err, self._pidfd):
             with contextlib.suppress(OSError):
