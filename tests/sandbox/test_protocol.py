@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from corral.errors import WorkerError, WorkerProtocolError
-from corral.sandbox._fitting import DisplaySender, clip, escape_name, fit_result, fit_text
 from corral.sandbox._protocol import (
     HEADER,
     MAX_CONTROL_FRAME,
@@ -36,7 +35,8 @@ from corral.sandbox._protocol import (
     report_bound,
     write_frames_sync,
 )
-from corral.sandbox._reader import FrameBuffer, RunReader
+from corral.sandbox.host._reader import FrameBuffer, RunReader
+from corral.sandbox.inside._fitting import DisplaySender, clip, escape_name, fit_result, fit_text
 
 LIMITS = RunLimits(
     memory_bytes=1 << 30,

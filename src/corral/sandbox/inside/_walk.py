@@ -14,8 +14,8 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from corral.sandbox._fitting import escape_name
 from corral.sandbox._protocol import MAX_REPORTED_PATH, FileReport
+from corral.sandbox.inside._fitting import escape_name
 
 __all__ = ["MAX_WALK_ENTRIES", "collect_files"]
 

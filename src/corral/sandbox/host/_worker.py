@@ -22,8 +22,8 @@ import anyio
 
 from corral.errors import WorkerCrashed, WorkerError, WorkerProtocolError
 from corral.sandbox._protocol import Done, RunRequest, encode_message
-from corral.sandbox._reader import FrameBuffer, RunReader, expect_ready, ready_bound
 from corral.sandbox._syscalls import as_fs_owner
+from corral.sandbox.host._reader import FrameBuffer, RunReader, expect_ready, ready_bound
 
 __all__ = ["OutputSink", "Worker", "WorkerReport"]
 

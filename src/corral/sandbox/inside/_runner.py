@@ -21,9 +21,6 @@ import types
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from corral.sandbox import _isolate
-from corral.sandbox._cell import CellOutput, Display, execute_cell
-from corral.sandbox._fitting import DisplaySender, clip, fit_result
 from corral.sandbox._protocol import (
     HEADER,
     Done,
@@ -40,7 +37,10 @@ from corral.sandbox._protocol import (
     read_frame_sync,
     write_frames_sync,
 )
-from corral.sandbox._walk import collect_files
+from corral.sandbox.inside import _isolate
+from corral.sandbox.inside._cell import CellOutput, Display, execute_cell
+from corral.sandbox.inside._fitting import DisplaySender, clip, fit_result
+from corral.sandbox.inside._walk import collect_files
 
 __all__ = [
     "DISPLAY",
