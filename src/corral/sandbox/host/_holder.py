@@ -12,7 +12,7 @@ import anyio
 
 from corral.errors import WorkerCrashed, ZygoteUnavailable
 from corral.sandbox._seqpacket import areceive, asend
-from corral.sandbox.host._worker import Worker
+from corral.sandbox.host._worker import Worker, release
 
 __all__ = ["Holder"]
 
@@ -145,10 +145,4 @@ class Holder:
             return
         self.kill()
         self.closed = True
-        # Wakes a task still waiting on one of them, before the number can be reused.
-        for each in (self._ctl, self._out, self._err):
-            anyio.notify_closing(each)
-        self._ctl.close()
-        for fd in (self._out, self._err, self._pidfd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        release(self._ctl, self._out, self._err, self._pidfd)

@@ -58,7 +58,9 @@ class FrameBuffer:
         allowed = bound(kind)
         if size > allowed:
             what = {_J: "JSON", _B: "file"}.get(kind, f"kind {kind}")
-            raise WorkerProtocolError(f"{what} frame of {size} bytes exceeds {max(allowed, 0)}")
+            if allowed < 0:
+                raise WorkerProtocolError(f"unexpected {what} frame")
+            raise WorkerProtocolError(f"{what} frame of {size} bytes exceeds {allowed}")
         end = HEADER.size + size
         if len(self._buffer) < end:
             return None

@@ -25,7 +25,7 @@ from corral.sandbox._protocol import Done, RunRequest, encode_message
 from corral.sandbox._syscalls import as_fs_owner
 from corral.sandbox.host._reader import FrameBuffer, RunReader, expect_ready, ready_bound
 
-__all__ = ["OutputSink", "Worker", "WorkerReport"]
+__all__ = ["OutputSink", "Worker", "WorkerReport", "release"]
 
 _READ_CHUNK = 1 << 16
 
@@ -42,6 +42,21 @@ class WorkerReport:
     done: Done
     display: list[dict[str, Any]] = field(default_factory=list)
     contents: list[bytes] = field(default_factory=list)
+
+
+def release(*handles: socket.socket | int | None) -> None:
+    """Close sockets and descriptors, first waking any task still waiting on one of them:
+    its number may be reused at once, and a waiter must not see someone else's file."""
+    for handle in handles:
+        if handle is None:
+            continue
+        with contextlib.suppress(anyio.NoEventLoopError):
+            anyio.notify_closing(handle)
+        if isinstance(handle, socket.socket):
+            handle.close()
+        else:
+            with contextlib.suppress(OSError):
+                os.close(handle)
 
 
 class Worker:
@@ -276,13 +291,4 @@ class Worker:
             return
         self.kill()
         self.closed = True
-        # Wakes any task still waiting on one of them, before the number can be reused.
-        anyio.notify_closing(self._sock)
-        self._sock.close()
-        for pipe in (self._out, self._err):
-            anyio.notify_closing(pipe)
-        for fd in (self._out, self._err, self._pidfd, self.inputs_fd):
-            if fd is None:
-                continue
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        release(self._sock, self._out, self._err, self._pidfd, self.inputs_fd)

@@ -42,12 +42,14 @@ def fit_text(text: str, ceiling: int) -> FittedText:
 
 
 def clip(text: str, ceiling: int) -> str:
-    """``text`` within ``ceiling`` characters plus a marker saying how many were cut."""
+    """``text`` within ``ceiling`` characters, a marker saying how many were cut included."""
     if len(text) <= ceiling:
         return text
-    head = ceiling // 2
-    tail = ceiling - head
-    return text[:head] + _marker(len(text) - ceiling) + text[len(text) - tail :]
+    keep = ceiling - len(_marker(len(text)))  # the marker for fewer cut is no longer
+    if keep < 0:
+        return text[:ceiling]
+    head = keep // 2
+    return text[:head] + _marker(len(text) - keep) + text[len(text) - (keep - head) :]
 
 
 def _textual(mime: str) -> bool:
