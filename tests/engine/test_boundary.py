@@ -178,3 +178,23 @@ async def test_display_streams_while_a_session_run_waits(engine: Engine) -> None
         assert result.display == ({"text/plain": "live"},)
     finally:
         await session.close()
+
+
+async def test_lone_surrogates_from_user_code_are_escaped(engine: Engine) -> None:
+    code = (
+        "class S:\n"
+        "    def __repr__(self):\n"
+        "        return 'a\\udcffb'\n"
+        "display({'text/plain': '\\ud800' * 70_000}, raw=True)\n"
+        "S()"
+    )
+    result = await engine.run(code, limits=LIMITS)
+    assert result.outcome == "ok", (result.outcome, result.message)
+    assert result.result == {"text/plain": "a\\udcffb"}
+    (shown,) = result.display
+    assert shown["text/plain"].startswith("\\ud800")
+    assert len(shown["text/plain"]) <= LIMITS.output_chars
+    failed = await engine.run("raise ValueError('\\udcff')", limits=LIMITS)
+    assert failed.outcome == "python_error", (failed.outcome, failed.message)
+    assert failed.error is not None
+    assert failed.error.message == "\\udcff"

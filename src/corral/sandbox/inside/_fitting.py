@@ -23,7 +23,7 @@ from corral.sandbox._protocol import (
     json_nodes,
 )
 
-__all__ = ["DisplaySender", "clip", "escape_name", "fit_result", "fit_text"]
+__all__ = ["DisplaySender", "clip", "escape_name", "fit_result", "fit_text", "valid_text"]
 
 _DONE_NODES = 2_000  # JSON values kept back for a Done frame's own fields and file list
 
@@ -33,8 +33,21 @@ def _marker(omitted: int) -> str:
     return f"\n[... {omitted} characters omitted ...]\n"
 
 
+def valid_text(text: str) -> str:
+    """``text`` with each lone surrogate spelt ``\\udXXX``, before it is measured: the wire
+    would escape it anyway, and the engine measures what arrives."""
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
+
+
 def fit_text(text: str, ceiling: int) -> FittedText:
     """Keep at most ``ceiling`` characters from each end; count exactly what lies between."""
+    text = valid_text(text)
     head, rest = text[:ceiling], text[ceiling:]
     if len(rest) <= ceiling:
         return FittedText(head, rest, 0)
@@ -43,6 +56,7 @@ def fit_text(text: str, ceiling: int) -> FittedText:
 
 def clip(text: str, ceiling: int) -> str:
     """``text`` within ``ceiling`` characters, a marker saying how many were cut included."""
+    text = valid_text(text)
     if len(text) <= ceiling:
         return text
     keep = ceiling - len(_marker(len(text)))  # the marker for fewer cut is no longer
@@ -67,7 +81,9 @@ def _fit_values(
             kept[mime] = clip(value if isinstance(value, str) else str(value), ceiling)
         elif _textual(mime):
             if isinstance(value, str) and len(value) <= ceiling:
-                kept[mime] = value
+                kept[mime] = valid_text(value)
+                if len(kept[mime]) > ceiling:
+                    del kept[mime]
         else:
             wire = encode_json({"v": value})
             nodes = json_nodes(wire, node_budget)

@@ -17,6 +17,7 @@ import random
 import resource
 import socket
 import sys
+import threading
 import types
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -152,8 +153,12 @@ def _flush() -> None:
             stream.flush()
 
 
-def _write(frame: bytes) -> None:
-    write_frames_sync(PROTOCOL_FD, frame)
+_WRITE = threading.Lock()  # a display() from a thread of the code must not split a frame
+
+
+def _write(*frames: bytes) -> None:
+    with _WRITE:
+        write_frames_sync(PROTOCOL_FD, *frames)
 
 
 def _serve_one(request: RunRequest, namespace: dict[str, Any], cwd: str, session: bool) -> None:
@@ -177,7 +182,11 @@ def _serve_one(request: RunRequest, namespace: dict[str, Any], cwd: str, session
     _write(_STARTED)
     output = execute_cell(request.code, namespace, DISPLAY, _on_error)
     _flush()
-    write_frames_sync(PROTOCOL_FD, *_report(limits, output, cwd, session))
+    frames = _report(limits, output, cwd, session)
+    with _WRITE:
+        # Display from a thread the code left running has no run to go to until the next one.
+        SENDER.write = None
+        write_frames_sync(PROTOCOL_FD, *frames)
 
 
 _WARM_LIMITS = RunLimits(
