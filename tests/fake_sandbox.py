@@ -7,7 +7,8 @@ request ``Started``, ``Display`` bundles, a fitted ``Done``. What the "code" doe
 ``Handler``: the default runs the cell in-process (real cell semantics, no isolation, so only
 for trusted test code); a test may script output, sleeps (under trio's ``MockClock`` they take
 no real time), hangs and crashes instead. The engine side (reader, limits, fitting, scheduler,
-deadlines, streaming) is the real one. Sessions are not faked: their tests stay real.
+deadlines, streaming, sessions and their files) is the real one. ``FakeHolder`` gives a session
+a temporary folder for its files and a fake interpreter whose namespace persists.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import itertools
 import os
 import signal
 import socket
+import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -28,7 +30,7 @@ import pytest
 
 import corral.engine._supply
 from corral.errors import ZygoteUnavailable
-from corral.sandbox import ErrorReport, Holder, RunRequest, Worker
+from corral.sandbox import OUTER_ID, ErrorReport, Holder, RunRequest, Worker
 from corral.sandbox._protocol import (
     HEADER,
     Done,
@@ -40,7 +42,15 @@ from corral.sandbox._protocol import (
 from corral.sandbox.inside._cell import Display, execute_cell
 from corral.sandbox.inside._fitting import DisplaySender, clip, fit_result
 
-__all__ = ["FakeIO", "FakeReply", "FakeZygote", "Handler", "fake_sandbox", "run_cell"]
+__all__ = [
+    "FakeHolder",
+    "FakeIO",
+    "FakeReply",
+    "FakeZygote",
+    "Handler",
+    "fake_sandbox",
+    "run_cell",
+]
 
 _PIDS = itertools.count(4_000_000)  # above any real pid, so no test signals a real process
 
@@ -56,9 +66,21 @@ class FakeReply:
 class FakeIO:
     """What a handler may do while it "runs": write output and publish display bundles."""
 
-    def __init__(self, out_fd: int, err_fd: int, sock: socket.socket, request: RunRequest) -> None:
+    def __init__(
+        self,
+        out_fd: int,
+        err_fd: int,
+        sock: socket.socket,
+        request: RunRequest,
+        namespace: dict[str, Any],
+        cwd: str | None,
+    ) -> None:
         self._out, self._err, self._sock = out_fd, err_fd, sock
         self.request = request
+        self.namespace = namespace
+        """Persists between a session's runs, as an interpreter's globals do."""
+        self.cwd = cwd
+        """A session's data folder (what ``/mnt/data`` is in a real one); None for one-shot."""
         self._frames: list[bytes] = []
         limits = request.limits
         self.sender = DisplaySender()
@@ -110,7 +132,7 @@ async def run_cell(request: RunRequest, fake: FakeIO) -> FakeReply:
         err.write(text)
 
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        cell = execute_cell(request.code, {"__name__": "__main__"}, display, on_error)
+        cell = execute_cell(request.code, fake.namespace, display, on_error)
     await fake.stdout(out.getvalue())
     await fake.stderr(err.getvalue())
     await fake.send_pending()
@@ -139,55 +161,103 @@ class FakeZygote:
     async def spawn(self, *, work_bytes: int | None = None) -> Worker:
         if self._tg is None or self.dead.is_set():
             raise ZygoteUnavailable("the fake zygote is not running")
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        out_r, out_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        theirs.setblocking(False)
-        scope = anyio.CancelScope()
-        interrupted = anyio.Event()
-
-        def signaller(signum: int) -> None:
-            if signum == signal.SIGINT:
-                interrupted.set()
-            else:
-                scope.cancel()
-
         self.spawned += 1
-        worker = Worker(next(_PIDS), None, ours, out_r, err_r, signaller=signaller)
-        self._tg.start_soon(self._serve, scope, interrupted, theirs, out_w, err_w)
-        return worker
-
-    async def _serve(
-        self,
-        scope: anyio.CancelScope,
-        interrupted: anyio.Event,
-        sock: socket.socket,
-        out_w: int,
-        err_w: int,
-    ) -> None:
-        try:
-            with scope:
-                await _write_all(sock.fileno(), encode_message(Ready()))
-                request = decode_request(await _read_frame(sock))
-                await _write_all(sock.fileno(), encode_message(Started()))
-                fake = FakeIO(out_w, err_w, sock, request)
-                reply = await _until_interrupted(type(self).handler(request, fake), interrupted)
-                await _write_all(sock.fileno(), _done(request, reply, fake.sender))
-        except (OSError, EOFError):
-            pass  # the engine closed its end: the "process" is gone
-        finally:
-            sock.close()
-            os.close(out_w)
-            os.close(err_w)
+        return _start(self._tg, type(self).handler, None)
 
     async def spawn_holder(self, disk_bytes: int) -> Holder:
-        raise ZygoteUnavailable("the fake sandbox has no sessions; session tests are real")
+        if self._tg is None or self.dead.is_set():
+            raise ZygoteUnavailable("the fake zygote is not running")
+        return cast(Holder, FakeHolder(self._tg, type(self).handler))
 
     def kill(self) -> None:
         self.dead.set()
 
     async def aclose(self) -> None:
         self.dead.set()
+
+
+def _start(tg: anyio.abc.TaskGroup, handler: Handler, cwd: str | None) -> Worker:
+    """A fake worker process: one request when ``cwd`` is None, else a session interpreter
+    that serves requests until it is killed."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    out_r, out_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    theirs.setblocking(False)
+    scope = anyio.CancelScope()
+    interrupted: list[anyio.Event] = [anyio.Event()]
+
+    def signaller(signum: int) -> None:
+        if signum == signal.SIGINT:
+            interrupted[0].set()
+        else:
+            scope.cancel()
+
+    async def serve() -> None:
+        namespace: dict[str, Any] = {"__name__": "__main__"}
+        try:
+            with scope:
+                await _write_all(theirs.fileno(), encode_message(Ready()))
+                while True:
+                    request = decode_request(await _read_frame(theirs))
+                    await _write_all(theirs.fileno(), encode_message(Started()))
+                    fake = FakeIO(out_w, err_w, theirs, request, namespace, cwd)
+                    interrupted[0] = anyio.Event()
+                    reply = await _until_interrupted(handler(request, fake), interrupted[0])
+                    await _write_all(theirs.fileno(), _done(request, reply, fake.sender))
+                    if cwd is None:
+                        return
+        except (OSError, EOFError):
+            pass  # the engine closed its end: the "process" is gone
+        finally:
+            theirs.close()
+            os.close(out_w)
+            os.close(err_w)
+
+    tg.start_soon(serve)
+    return Worker(next(_PIDS), None, ours, out_r, err_r, signaller=signaller)
+
+
+class FakeHolder:
+    """Stands in for ``corral.sandbox.Holder``: a data folder and one fake interpreter."""
+
+    def __init__(self, tg: anyio.abc.TaskGroup, handler: Handler) -> None:
+        self.pid = next(_PIDS)
+        self._tg, self._handler = tg, handler
+        self._dir = tempfile.TemporaryDirectory(prefix="corral-fake-session-")
+        os.chown(self._dir.name, OUTER_ID, OUTER_ID)  # the engine writes as the sandbox's uid
+        self._worker: Worker | None = None
+        self.interpreter_alive = False
+        self.closed = False
+
+    async def wait_ready(self) -> None:
+        pass
+
+    def open_data_dir(self) -> int:
+        return os.open(self._dir.name, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    async def start_interpreter(self) -> Worker:
+        if self.closed:
+            raise ZygoteUnavailable("the session holder is closed")
+        self._worker = _start(self._tg, self._handler, self._dir.name)
+        self.interpreter_alive = True
+        await self._worker.wait_ready()
+        return self._worker
+
+    async def kill_interpreter(self) -> None:
+        if self._worker is not None:
+            self._worker.kill()
+        self.interpreter_alive = False
+
+    def kill(self) -> None:
+        if self._worker is not None:
+            self._worker.kill()
+        self.interpreter_alive = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.kill()
+            self.closed = True
+            self._dir.cleanup()
 
 
 async def _until_interrupted(work: Awaitable[FakeReply], interrupted: anyio.Event) -> FakeReply:

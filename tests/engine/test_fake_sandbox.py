@@ -13,7 +13,7 @@ from trio.testing import MockClock
 
 from corral._limits import Limits
 from corral.engine import Engine, ExecutionResult, OutputEvent, RunEvent
-from corral.sandbox import RunRequest
+from corral.sandbox import ErrorReport, RunRequest
 from tests.fake_sandbox import FakeIO, FakeReply, Handler, fake_sandbox
 
 pytestmark = pytest.mark.anyio
@@ -122,3 +122,39 @@ async def test_ceilings_hold_for_what_the_fake_sends(engine: Engine) -> None:
     assert sum(len(e.text) for e in events if e.kind == "stdout") == 1000
     assert result.omitted["result"] > 0
     assert len(result.result["text/plain"] if result.result else "") <= 1000
+
+
+async def _stateful(request: RunRequest, fake: FakeIO) -> FakeReply:
+    """``set K V`` / ``get K`` on the interpreter's namespace, ``sleep N``, ``read PATH``."""
+    verb, _, rest = request.code.partition(" ")
+    if verb == "set":
+        key, value = rest.split()
+        fake.namespace[key] = value
+    elif verb == "sleep":
+        await anyio.sleep(float(rest))
+    elif verb == "read":
+        assert fake.cwd is not None
+        text = await anyio.Path(fake.cwd, rest).read_text()
+        return FakeReply(result={"text/plain": text})
+    elif rest not in fake.namespace:
+        return FakeReply(error=ErrorReport("NameError", rest, f"NameError: {rest}\n"))
+    return FakeReply(result={"text/plain": str(fake.namespace.get(rest, None))})
+
+
+@pytest.mark.parametrize("engine", [_stateful], indirect=True)
+async def test_a_session_keeps_state_and_loses_it_past_a_deadline(engine: Engine) -> None:
+    session = await engine.open_session()
+    try:
+        await session.put_file("kept.txt", b"files stay")
+        assert (await session.run("set x 41")).outcome == "ok"
+        assert (await session.run("get x")).result == {"text/plain": "41"}
+        started = anyio.current_time()
+        hung = await session.run("sleep 1000", limits=LIMITS.replace(timeout=5))
+        assert hung.outcome == "timeout"
+        assert hung.restarted
+        assert anyio.current_time() - started < 10  # virtual seconds: the deadline, a grace
+        lost = await session.run("get x")
+        assert lost.outcome == "python_error"
+        assert (await session.run("read kept.txt")).result == {"text/plain": "files stay"}
+    finally:
+        await session.close()
