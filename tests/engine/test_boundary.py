@@ -198,3 +198,19 @@ async def test_lone_surrogates_from_user_code_are_escaped(engine: Engine) -> Non
     assert failed.outcome == "python_error", (failed.outcome, failed.message)
     assert failed.error is not None
     assert failed.error.message == "\\udcff"
+
+
+async def test_a_rich_repr_that_is_not_json_is_dropped(engine: Engine) -> None:
+    code = (
+        "class Odd:\n"
+        "    def _repr_json_(self):\n"
+        "        return {1, 2}\n"
+        "    def __repr__(self):\n"
+        "        return 'odd'\n"
+        "display(Odd())\n"
+        "Odd()"
+    )
+    result = await engine.run(code, limits=LIMITS)
+    assert result.outcome == "ok", (result.outcome, result.message, result.stderr[-300:])
+    assert result.result == {"text/plain": "odd"}
+    assert result.display == ({"text/plain": "odd"},)

@@ -77,3 +77,16 @@ def test_names_are_escaped_printable_text(name: str, shown: str) -> None:
     assert escaped == shown
     assert escaped.isprintable()
     escaped.encode("utf-8")  # never a lone surrogate
+
+
+def test_values_that_are_not_json_are_dropped_not_fatal() -> None:
+    loop: list[object] = []
+    loop.append(loop)
+    others, plain = fit_result(
+        {"text/plain": "p", "application/json": {1, 2}, "application/x-loop": loop},
+        100,
+        1000,
+        MAX_JSON_NODES,
+    )
+    assert others is None
+    assert plain == FittedText("p", "", 0)

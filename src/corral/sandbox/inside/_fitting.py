@@ -85,7 +85,10 @@ def _fit_values(
                 if len(kept[mime]) > ceiling:
                     del kept[mime]
         else:
-            wire = encode_json({"v": value})
+            try:
+                wire = encode_json({"v": value})
+            except (TypeError, ValueError, RecursionError):  # a _repr_json_ that is not JSON
+                continue
             nodes = json_nodes(wire, node_budget)
             if len(wire) <= byte_budget and nodes <= node_budget:
                 kept[mime] = value
