@@ -144,7 +144,7 @@ class Session:
                 tenant=tenant,
             )  # fmt: skip
 
-        return iterate(self._engine.background(), start, cancel)
+        return iterate(self._engine._background(), start, cancel)
 
     async def _execute(self, job: Job, code: str, evidence: Evidence) -> ExecutionResult:
         if self._worker is None:
