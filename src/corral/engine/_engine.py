@@ -227,7 +227,8 @@ class Engine:
 
     async def _wait_idle(self) -> None:
         while self._live:
-            self._idle = anyio.Event()
+            if self._idle.is_set():  # spent by an earlier lull; concurrent waiters share one
+                self._idle = anyio.Event()
             await self._idle.wait()
 
     async def drain(self, grace: float) -> None:
