@@ -262,3 +262,11 @@ def test_empty_folders_count_against_the_walk_budget(root: Path) -> None:
     assert cut.truncated
     assert list(cut) == []
     assert [f.path for f in _fs.list_files(root, max_entries=100)] == ["zz/file"]
+
+
+def test_names_that_are_not_utf8_are_listed_escaped(root: Path) -> None:
+    (root / os.fsdecode(b"caf\xe9.txt")).write_bytes(b"x")
+    (root / "ok.txt").write_bytes(b"y")
+    listing = _fs.list_files(root)
+    assert [f.path for f in listing] == ["caf\\xe9.txt", "ok.txt"]
+    assert all(f.path.encode("utf-8") for f in listing)  # JSON-safe text

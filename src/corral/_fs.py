@@ -528,6 +528,16 @@ class _Walk:
                 os.close(dirfd)
 
 
+def _printable(rel: str) -> str:
+    """``rel`` itself, or with bytes that are not UTF-8 escaped (``\\xff``): such a name
+    (planted by sandboxed code) could not travel as JSON text, and must not crash a listing."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(rel).decode("utf-8", "backslashreplace")
+    return rel
+
+
 DEFAULT_MAX_ENTRIES = 10_000
 """Files a listing returns at most unless told otherwise; a cut listing says so."""
 _SCAN_FACTOR = 10  # entries looked at per entry returned: bounds a walk through empty folders
@@ -537,10 +547,11 @@ def list_files(root: StrPath, *, max_entries: int | None = DEFAULT_MAX_ENTRIES) 
     """Regular files below ``root``, sorted by path: at most ``max_entries`` of them.
 
     Links are neither followed nor reported, whatever they point to; in-progress writes and
-    FIFOs, sockets and devices are left out. The walk holds a fixed few descriptors whatever
-    the tree, and looks at no more than ``_SCAN_FACTOR * max_entries`` entries; when either
-    bound stops it, the listing is ``truncated``. ``max_entries=None`` walks everything (for
-    trees the server wrote itself).
+    FIFOs, sockets and devices are left out; names that are not UTF-8 are reported with those
+    bytes escaped (``caf\\xe9.txt``), so they can be shown but not opened. The walk holds a
+    fixed few descriptors whatever the tree, and looks at no more than ``_SCAN_FACTOR *
+    max_entries`` entries; when either bound stops it, the listing is ``truncated``.
+    ``max_entries=None`` walks everything (for trees the server wrote itself).
     """
     budget = None if max_entries is None else max_entries * _SCAN_FACTOR
     found = Listing()
@@ -554,7 +565,7 @@ def list_files(root: StrPath, *, max_entries: int | None = DEFAULT_MAX_ENTRIES) 
             if max_entries is not None and len(found) >= max_entries:
                 found.truncated = True
                 break
-            found.append(FileEntry(rel, info.st_size))
+            found.append(FileEntry(_printable(rel), info.st_size))
         found.truncated = found.truncated or walk.cut
     found.sort()
     return found

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
 from corral._config import Config
@@ -60,3 +61,18 @@ async def test_temporary_sessions_count_against_the_per_key_limit(
         second = await open_session(client)
         for session_id in (first, second):
             await post(client, "close_session", {"sessionId": session_id})
+
+
+async def test_a_listing_survives_names_that_are_not_utf8(
+    client: httpx.AsyncClient,
+) -> None:
+    session_id = await open_session(client)
+    code = "open(b'caf\\xe9.txt', 'wb').write(b'x')\nopen('ok.txt', 'w').write('y')"
+    made = await post(client, "execute_code", {"sessionId": session_id, "code": code})
+    assert made.json()["status"] == "SUCCESS", made.text
+    listed = await post(client, "list_files", {"sessionId": session_id})
+    assert listed.status_code == 200, listed.text
+    assert listed.json() == {
+        "files": [{"path": "caf\\xe9.txt", "size": 1}, {"path": "ok.txt", "size": 1}]
+    }
+    await post(client, "close_session", {"sessionId": session_id})
