@@ -12,6 +12,7 @@ import pytest
 from corral._config import Config
 from corral.engine import Engine
 from corral.http import create_app
+from corral.http._sessions import TRUNCATED_HEADER
 from tests.http.httpkit import ALICE, KEYS, client_for, open_session, post, put_file
 
 pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
@@ -76,3 +77,22 @@ async def test_a_listing_survives_names_that_are_not_utf8(
         "files": [{"path": "caf\\xe9.txt", "size": 1}, {"path": "ok.txt", "size": 1}]
     }
     await post(client, "close_session", {"sessionId": session_id})
+
+
+async def test_a_listing_cut_at_its_cap_says_so(engine: Engine, tmp_path: Path) -> None:
+    config = Config(mode="gateway", data_dir=tmp_path / "data", api_keys=KEYS, list_max_entries=2)
+    async with client_for(create_app(engine, config), ALICE) as client:
+        session_id = await open_session(client)
+        code = "for name in 'abc':\n    open(name, 'w').write(name)"
+        await post(client, "execute_code", {"sessionId": session_id, "code": code})
+        cut = await post(client, "list_files", {"sessionId": session_id})
+        assert cut.status_code == 200
+        assert len(cut.json()["files"]) == 2
+        assert cut.headers[TRUNCATED_HEADER] == "true"
+        await post(
+            client, "execute_code", {"sessionId": session_id, "code": "import os\nos.remove('c')"}
+        )
+        whole = await post(client, "list_files", {"sessionId": session_id})
+        assert [f["path"] for f in whole.json()["files"]] == ["a", "b"]
+        assert TRUNCATED_HEADER not in whole.headers
+        await post(client, "close_session", {"sessionId": session_id})
