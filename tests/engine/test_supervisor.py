@@ -114,6 +114,8 @@ async def test_a_zygote_restart_failure_keeps_the_engine_up(
             assert "injected: cannot build the sandbox" in health.json()["reason"]
             executed = await http.post("/v1/execute", json={"code": "print(1)"})
             assert executed.json()["outcome"] == "worker_error"
+            opened = await http.post("/v1/ops/code_interpreter/open_session", json={})
+            assert opened.status_code == 503  # the service is down, not the request wrong
 
         await _until(lambda: starts.attempts >= 3)  # the supervisor keeps trying
         starts.release.set()

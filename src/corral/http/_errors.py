@@ -33,6 +33,7 @@ from corral.errors import (
     SessionClosed,
     SessionDiskFull,
     SessionNotFound,
+    ZygoteUnavailable,
 )
 
 __all__ = [
@@ -62,6 +63,7 @@ STATUS_BY_ERROR: dict[type[BaseException], int] = {
     SessionDiskFull: 413,
     Busy: 503,
     EngineClosed: 503,
+    ZygoteUnavailable: 503,  # no zygote to open a session from: the service, not the request
     CorralError: 500,
 }
 """Status of every corral error reaching a front end; the most specific class wins."""
@@ -74,6 +76,7 @@ _TEXT_BY_ERROR: dict[type[BaseException], str] = {
     SessionDiskFull: "Session disk quota exceeded",
     Busy: BUSY_TEXT,
     EngineClosed: UNAVAILABLE_TEXT,
+    ZygoteUnavailable: UNAVAILABLE_TEXT,
     CorralError: "Internal error",
 }
 
@@ -101,7 +104,7 @@ def _as_http(exc: Exception) -> HTTPException:
         status = status_for(exc)
         if status >= 500 and not isinstance(exc, Busy | EngineClosed):
             logger.error("request failed: %r", exc, exc_info=exc)
-        retry = {"Retry-After": RETRY_AFTER} if isinstance(exc, Busy) else None
+        retry = {"Retry-After": RETRY_AFTER} if isinstance(exc, Busy | ZygoteUnavailable) else None
         return HTTPException(status, _lookup(_TEXT_BY_ERROR, exc), headers=retry)
     if isinstance(exc, UnicodeError):
         # A lone surrogate from a client's JSON ("\\ud800") that reached an encoder.
