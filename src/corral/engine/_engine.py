@@ -314,9 +314,9 @@ class Engine:
                     except Busy as exc:
                         result = self.refuse("busy", str(exc), evidence, started)
                     except OSError as exc:
-                        # EMFILE, ENFILE, ENOMEM: this run fails, the server carries on.
-                        logger.warning("a run failed for lack of resources: %s", exc)
-                        message = f"the server is short of resources: {exc}"
+                        # EMFILE, ENFILE, ENOMEM and the like: this run fails, the server goes on.
+                        logger.warning("a run failed in the server: %s", exc)
+                        message = f"the server could not run it: {exc}"
                         result = self.refuse("worker_error", message, evidence, started)
         except anyio.get_cancelled_exc_class():
             self._outcomes["cancelled"] += 1  # the caller's own scope: it gets no result

@@ -109,8 +109,8 @@ class Session:
                 except Busy as exc:
                     result = self._engine.refuse("busy", str(exc), evidence, started)
                 except OSError as exc:
-                    # EMFILE, ENFILE, ENOMEM: this run fails, the server carries on.
-                    message = f"the server is short of resources: {exc}"
+                    # EMFILE, ENFILE, ENOMEM and the like: this run fails, the server goes on.
+                    message = f"the server could not run it: {exc}"
                     result = self._engine.refuse("worker_error", message, evidence, started)
         if result is None:
             result = await self._stopped(job, evidence)
