@@ -18,7 +18,7 @@ import anyio.abc
 
 from corral._limits import Limits
 from corral.errors import IsolationError, WorkerError
-from corral.sandbox import WarmPool, ZygoteHost, doctor
+from corral.sandbox import UidRange, WarmPool, ZygoteHost, doctor
 
 __all__ = ["Zygote", "stdlib_only"]
 
@@ -70,8 +70,11 @@ async def _probe(host: ZygoteHost) -> None:
 class Zygote:
     """One zygote process, restarted when it dies, and its pool of ready workers."""
 
-    def __init__(self, preload: Sequence[str], limits: Limits, pool_size: int) -> None:
+    def __init__(
+        self, preload: Sequence[str], limits: Limits, pool_size: int, uids: UidRange
+    ) -> None:
         self.preload = tuple(preload)
+        self._uids = uids
         self._limits = limits
         self._pool_size = pool_size
         self.host: ZygoteHost | None = None
@@ -84,6 +87,7 @@ class Zygote:
         limits = self._limits
         host = ZygoteHost(
             preload=self.preload,
+            uids=self._uids,
             max_file_bytes=limits.max_file_bytes,
             static={
                 "work_bytes": limits.work_bytes,

@@ -9,22 +9,25 @@ came back.
 from corral._public import publish as _publish
 from corral.sandbox._doctor import DoctorReport, Feature, doctor
 from corral.sandbox._holder_client import Holder
-from corral.sandbox._host import DEFAULT_PRELOAD, ZygoteHost
+from corral.sandbox._host import DEFAULT_PRELOAD, DEFAULT_UID_RANGE, UidRange, ZygoteHost
 from corral.sandbox._pool import PoolStatistics, WarmPool
-from corral.sandbox._rootfs import OUTER_ID
-from corral.sandbox._seccomp import DENIED_SYSCALLS
+from corral.sandbox._seccomp import DENIED_SYSCALLS, SECCOMP_POLICY, SeccompPolicy, SyscallGroup
 from corral.sandbox._syscalls import as_fs_owner
 from corral.sandbox._worker import OutputSink, Worker, WorkerReport
 
 __all__ = [
     "DEFAULT_PRELOAD",
+    "DEFAULT_UID_RANGE",
     "DENIED_SYSCALLS",
-    "OUTER_ID",
+    "SECCOMP_POLICY",
     "DoctorReport",
     "Feature",
     "Holder",
     "OutputSink",
     "PoolStatistics",
+    "SeccompPolicy",
+    "SyscallGroup",
+    "UidRange",
     "WarmPool",
     "Worker",
     "WorkerReport",

@@ -31,8 +31,11 @@ class Holder:
         err_fd: int,
         *,
         max_file_bytes: int,
+        outer_id: int,
     ) -> None:
         self.pid = pid
+        self.outer_id = outer_id
+        """The host uid and gid of this session's processes (its own, for its whole life)."""
         self._pidfd = pidfd
         self._ctl = ctl
         self._out = out_fd
@@ -113,6 +116,7 @@ class Holder:
             out_r,
             err_r,
             max_file_bytes=self._max_file_bytes,
+            outer_id=self.outer_id,
             signaller=self._signal_interpreter,
         )
         try:

@@ -7,13 +7,15 @@ ends down, so worker traffic never passes through the zygote.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
+import signal
 import socket
-import subprocess
 import sys
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +26,11 @@ import corral
 from corral.errors import IsolationError, ZygoteUnavailable
 from corral.sandbox._holder_client import Holder
 from corral.sandbox._isolate import SANDBOX_ENV
-from corral.sandbox._rootfs import OUTER_ID
+from corral.sandbox._runtime import private_dir, runtime_dir
 from corral.sandbox._seqpacket import areceive, asend
 from corral.sandbox._worker import Worker
 
-__all__ = ["DEFAULT_PRELOAD", "ZygoteHost"]
+__all__ = ["DEFAULT_PRELOAD", "DEFAULT_UID_RANGE", "UidRange", "ZygoteHost"]
 
 logger = logging.getLogger("corral.sandbox")
 
@@ -39,9 +41,53 @@ _SPAWN_TIMEOUT = 10.0  # seconds for the zygote to clone; it only ever forks
 # (a script's folder, say) is no business of the sandbox.
 _BOOTSTRAP = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-    "from corral.sandbox._zygote import main; main(sys.argv[1:])"
+    "from corral.sandbox._zygote import main; main()"
 )
 _CORRAL_PARENT = str(Path(corral.__file__).resolve().parent.parent)
+# Staged shutdown. Closing the control socket is the zygote's signal to exit, which it does at
+# once (os._exit; its workers die with it by their parent-death signal): a healthy zygote is
+# gone within the first grace. A wedged one gets SIGTERM, then SIGKILL, which cannot be
+# ignored; the last bound only keeps a process stuck in the kernel (D state) from holding
+# shutdown forever, and is logged, never silent.
+_EXIT_GRACE = 2.0  # seconds after the control socket closes
+_TERM_GRACE = 1.0  # seconds after SIGTERM
+_REAP_TIMEOUT = 5.0  # seconds after SIGKILL
+
+
+@dataclass(frozen=True, slots=True)
+class UidRange:
+    """A block of host uids (and the gids of the same numbers) the sandbox may use.
+
+    Every live worker or session gets one of its own, so RLIMIT_NPROC, ``/proc/<pid>``
+    permissions and ptrace never reach from one tenant to another; a zygote takes the
+    first of its block. Never a system uid and never 65534 (``nobody``, which other
+    processes on the host run as).
+    """
+
+    first: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if self.count < 2:
+            raise ValueError(f"uid_range needs at least 2 uids, not {self.count}")
+        if self.first < _MIN_SANDBOX_UID:
+            raise ValueError(f"uid_range must start at {_MIN_SANDBOX_UID} or above")
+        if self.first + self.count > _MAX_UID:
+            raise ValueError(f"uid_range must end below {_MAX_UID}")
+        if self.first <= _NOBODY < self.first + self.count:
+            raise ValueError("uid_range must not hold 65534 (nobody)")
+
+    def split(self) -> tuple[UidRange, UidRange]:
+        """Two disjoint halves (one per zygote)."""
+        half = self.count // 2
+        return UidRange(self.first, half), UidRange(self.first + half, self.count - half)
+
+
+_MIN_SANDBOX_UID = 100_000  # above every system and login uid
+_MAX_UID = 2**32 - 1  # (uid_t)-1 means "no uid"
+_NOBODY = 65534
+DEFAULT_UID_RANGE = UidRange(1_879_048_192, 65_536)
+"""Right above the range systemd leaves to containers (524288-1879048191)."""
 
 
 class ZygoteHost:
@@ -51,8 +97,7 @@ class ZygoteHost:
         self,
         *,
         preload: tuple[str, ...] = DEFAULT_PRELOAD,
-        uid: int = OUTER_ID,
-        gid: int = OUTER_ID,
+        uids: UidRange = DEFAULT_UID_RANGE,
         max_file_bytes: int = 16 * 1024 * 1024,
         static: dict[str, int] | None = None,
     ) -> None:
@@ -63,14 +108,13 @@ class ZygoteHost:
             "open_files": 256,
         }
         self._preload = preload
-        self._uid = uid
-        self._gid = gid
+        self._uids = uids
         self._max_file_bytes = max_file_bytes
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[anyio.Event, list[Any]]] = {}
         # The live one-shot workers by pid, for diagnostics; a closed worker drops out.
         self._workers: weakref.WeakValueDictionary[int, Worker] = weakref.WeakValueDictionary()
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: anyio.abc.Process | None = None
         self._ctl: socket.socket | None = None
         self.dead = anyio.Event()
         self.hello: dict[str, Any] = {}
@@ -86,36 +130,32 @@ class ZygoteHost:
         # Workers are forks of the zygote, and /proc/self/environ shows the block it was
         # started with: it gets the sandbox's environment and nothing of the server's.
         env = dict(SANDBOX_ENV)
-        argv = [
-            sys.executable,
-            "-s",
-            "-P",
-            "-c",
-            _BOOTSTRAP,
-            _CORRAL_PARENT,
-            "--ctl-fd",
-            str(theirs.fileno()),
-            "--preload",
-            ",".join(self._preload),
-            "--uid",
-            str(self._uid),
-            "--gid",
-            str(self._gid),
-        ]
-        self._process = await anyio.to_thread.run_sync(
+        cache = await anyio.to_thread.run_sync(lambda: private_dir(runtime_dir(), "cache"))
+        config = {
+            "t": "config",
+            "preload": list(self._preload),
+            "uids": [self._uids.first, self._uids.count],
+            "cache_dir": str(cache),
+        }
+        try:
             # Its own session: a terminal's Ctrl-C is for the server, which stops the zygote.
-            lambda: subprocess.Popen(
-                argv,
-                pass_fds=[theirs.fileno()],
+            # Its control socket is its stdin, its configuration the first message on it.
+            self._process = await anyio.open_process(
+                [sys.executable, "-s", "-P", "-c", _BOOTSTRAP, _CORRAL_PARENT],
+                stdin=theirs.fileno(),
+                stdout=None,
+                stderr=None,
                 env=env,
-                stdin=subprocess.DEVNULL,
-                close_fds=True,
                 start_new_session=True,
             )
-        )
-        theirs.close()
+        finally:
+            theirs.close()
         ours.setblocking(False)
         self._ctl = ours
+        try:
+            await asend(ours, config)
+        except OSError as exc:
+            raise ZygoteUnavailable(f"the zygote exited during start-up: {exc}") from exc
         with anyio.move_on_after(_START_TIMEOUT):
             message, _ = await self._receive()
             if message is None:
@@ -142,9 +182,13 @@ class ZygoteHost:
                 if message is None:
                     return
                 kind = message.get("t")
-                if kind == "spawned" and message.get("id") in self._pending:
+                if kind == "spawned" and message.get("id") in self._pending and fds:
                     event, box = self._pending[message["id"]]
-                    box.extend([message["pid"], fds[0]])
+                    box.extend([message["pid"], fds[0], message["uid"]])
+                    event.set()
+                elif kind == "refused" and message.get("id") in self._pending:
+                    event, box = self._pending[message["id"]]
+                    box.append(str(message.get("error")))
                     event.set()
                 else:
                     for fd in fds:
@@ -159,7 +203,7 @@ class ZygoteHost:
 
     async def _clone(
         self, message: dict[str, Any], kind: socket.SocketKind
-    ) -> tuple[int, int, socket.socket, int, int]:
+    ) -> tuple[int, int, socket.socket, int, int, int]:
         if self.dead.is_set() or self._ctl is None:
             raise ZygoteUnavailable("the zygote is not running")
         ident = next(self._ids)
@@ -186,6 +230,8 @@ class ZygoteHost:
                 await event.wait()
             if not box:
                 raise ZygoteUnavailable("the zygote did not spawn a worker")
+            if len(box) == 1:
+                raise ZygoteUnavailable(f"the zygote could not spawn a worker: {box[0]}")
         except BaseException:
             ours.close()
             os.close(out_r)
@@ -193,7 +239,7 @@ class ZygoteHost:
             raise
         finally:
             self._pending.pop(ident, None)
-        return int(box[0]), int(box[1]), ours, out_r, err_r
+        return int(box[0]), int(box[1]), ours, out_r, err_r, int(box[2])
 
     async def spawn(self, *, work_bytes: int | None = None) -> Worker:
         """Clone a new one-shot worker; it is isolated but may still be starting up.
@@ -205,8 +251,10 @@ class ZygoteHost:
             ZygoteUnavailable: the zygote is gone or did not answer.
         """
         extra = {} if work_bytes is None else {"static": {**self._static, "work_bytes": work_bytes}}
-        pid, pidfd, sock, out_r, err_r = await self._clone(extra, socket.SOCK_STREAM)
-        worker = Worker(pid, pidfd, sock, out_r, err_r, max_file_bytes=self._max_file_bytes)
+        pid, pidfd, sock, out_r, err_r, uid = await self._clone(extra, socket.SOCK_STREAM)
+        worker = Worker(
+            pid, pidfd, sock, out_r, err_r, max_file_bytes=self._max_file_bytes, outer_id=uid
+        )
         self._workers[worker.pid] = worker
         return worker
 
@@ -216,24 +264,41 @@ class ZygoteHost:
         Raises:
             ZygoteUnavailable: the zygote is gone or did not answer.
         """
-        pid, pidfd, sock, out_r, err_r = await self._clone(
+        pid, pidfd, sock, out_r, err_r, uid = await self._clone(
             {"session": True, "disk_bytes": disk_bytes}, socket.SOCK_SEQPACKET
         )
-        return Holder(pid, pidfd, sock, out_r, err_r, max_file_bytes=self._max_file_bytes)
+        return Holder(
+            pid, pidfd, sock, out_r, err_r, max_file_bytes=self._max_file_bytes, outer_id=uid
+        )
 
     def kill(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
+        if self._process is not None and self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
 
     async def aclose(self) -> None:
+        """Stop the zygote in stages: close its socket, then SIGTERM, then SIGKILL; reap it."""
         if self._ctl is not None:
             anyio.notify_closing(self._ctl)
             self._ctl.close()
             self._ctl = None
-        if self._process is not None:
-            self.kill()
-            with anyio.move_on_after(5):
-                await anyio.to_thread.run_sync(self._process.wait)
+        process = self._process
+        if process is not None:
+            with anyio.CancelScope(shield=True):
+                for grace, stop in (
+                    (_EXIT_GRACE, None),
+                    (_TERM_GRACE, signal.SIGTERM),
+                    (_REAP_TIMEOUT, signal.SIGKILL),
+                ):
+                    if stop is not None and process.returncode is None:
+                        with contextlib.suppress(ProcessLookupError):
+                            process.send_signal(stop)
+                    with anyio.move_on_after(grace):
+                        await process.wait()
+                    if process.returncode is not None:
+                        break
+                else:
+                    logger.error("zygote %s did not exit after SIGKILL", process.pid)
         self._mark_dead()
 
     @property

@@ -53,9 +53,12 @@ class Worker:
         err_fd: int,
         *,
         max_file_bytes: int,
+        outer_id: int,
         signaller: Callable[[int], None] | None = None,
     ) -> None:
         self.pid = pid
+        self.outer_id = outer_id
+        """The host uid and gid this worker runs as (its own; files for it are written so)."""
         self._pidfd = pidfd
         self._signaller = signaller
         self._sock = sock
