@@ -91,13 +91,18 @@ def _map_ids(pid: int, uid: int) -> None:
             os.close(fd)
 
 
-def _become_sandbox_user(mapped: int) -> None:
-    """In the child: wait for the zygote to map our ids, then become the sandbox user."""
+def _become_sandbox_user(handshake: socket.socket) -> None:
+    """In the child: let the zygote map our ids, then become the sandbox user.
+
+    We start non-dumpable like the zygote, so our /proc files belong to root and the zygote
+    (not root) could not open our uid_map: we become dumpable, say so, and wait.
+    """
     from corral.sandbox import _syscalls as sc
 
-    while os.read(mapped, 1):
-        pass  # EOF once the maps are written (or the zygote gave up and kills us)
-    os.close(mapped)
+    sc.set_dumpable(True)
+    handshake.send(b"r")
+    handshake.recv(1)  # EOF once the maps are written (or the zygote gave up and kills us)
+    handshake.close()
     os.setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID)
     # The ids we had were not 0 in this namespace, so the capabilities we hold in it stay.
     os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
@@ -129,18 +134,15 @@ def _spawn(
             os.close(fd)
         _send(ctl, {"t": "refused", "id": message["id"], "error": "every sandbox uid is in use"})
         return
-    mapped, mapping = os.pipe2(os.O_CLOEXEC)
-    # The child must be able to have its maps written by us: a non-dumpable process's /proc
-    # files belong to root. Only root could trace us meanwhile: we hold capabilities no
-    # process of our uid has.
-    sc.set_dumpable(True)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         pid = sc.clone_namespaces(_NAMESPACES)
     except OSError:
-        sc.set_dumpable(False)
         uids.give_back(uid)
-        for fd in (*fds, mapped, mapping):
+        for fd in fds:
             os.close(fd)
+        ours.close()
+        theirs.close()
         raise
     if pid == 0:
 
@@ -150,8 +152,8 @@ def _spawn(
             for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
-            os.close(mapping)
-            _become_sandbox_user(mapped)
+            ours.close()
+            _become_sandbox_user(theirs)
             null = os.open(f"{layout[0]}/dev/null", os.O_RDONLY)
             os.dup2(null, 0)
             os.dup2(fds[1], 1)
@@ -170,19 +172,20 @@ def _spawn(
                 worker_main(template=layout[0], staged=layout[1], seccomp_bpf=bpf, static=static)
 
         run_then_exit("session holder" if session else "worker", child)
-    sc.set_dumpable(False)
     uids.hold(pid, uid)
-    os.close(mapped)
+    theirs.close()
     for fd in fds:
         os.close(fd)
     try:
+        if ours.recv(1) != b"r":
+            raise OSError("the new worker died before its ids were mapped")
         _map_ids(pid, uid)
     except OSError as exc:
         os.kill(pid, signal.SIGKILL)  # reaped like any worker; its uid comes back then
-        os.close(mapping)
         _send(ctl, {"t": "refused", "id": message["id"], "error": f"id map: {exc}"})
         return
-    os.close(mapping)
+    finally:
+        ours.close()
     pidfd = os.pidfd_open(pid)
     try:
         _send(ctl, {"t": "spawned", "id": message["id"], "pid": pid, "uid": uid}, [pidfd])
