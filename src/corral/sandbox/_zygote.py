@@ -5,8 +5,8 @@ message on it is its configuration, so its command line (which every worker inhe
 ``/proc/1/cmdline``) says nothing of corral. As root it hides that command line, imports the
 preload set with its caches in corral's private runtime directory, compiles the seccomp
 policy and builds the template root in a private mount namespace. Then it drops to its own
-uid for good, keeping only CAP_SETUID and CAP_SETGID (to give each worker its own host uid)
-and staying non-dumpable. From then on it only clones workers (each into new user, pid,
+uid for good, keeping only CAP_SETUID, CAP_SETGID (to give each worker its own host uid) and
+CAP_KILL, and staying non-dumpable. From then on it only clones workers (each into new user, pid,
 mount, network, ipc and uts namespaces), maps each to a host uid of its own, hands the engine
 a pidfd for each, and reaps them. It never runs user code itself.
 """
@@ -35,7 +35,10 @@ from corral.sandbox._seqpacket import send as _send
 __all__ = ["main"]
 
 _NAMESPACES = 0x10000000 | 0x20000000 | 0x00020000 | 0x40000000 | 0x08000000 | 0x04000000
-_KEPT_CAPABILITIES = (6, 7)  # CAP_SETGID, CAP_SETUID: to map each worker to a host uid
+# CAP_SETGID and CAP_SETUID map each worker to a host uid of its own. CAP_KILL lets the
+# kernel deliver the workers' parent-death signal when we die: that signal is checked like
+# one we sent, and a worker's uid is not ours.
+_KEPT_CAPABILITIES = (5, 6, 7)
 
 
 def _preload(modules: list[str]) -> dict[str, str]:
@@ -95,7 +98,8 @@ def _become_sandbox_user(handshake: socket.socket) -> None:
     """In the child: let the zygote map our ids, then become the sandbox user.
 
     We start non-dumpable like the zygote, so our /proc files belong to root and the zygote
-    (not root) could not open our uid_map: we become dumpable, say so, and wait.
+    (not root) could not open our uid_map: we become dumpable (our files then belong to the
+    uid the zygote holds while it maps us), say so, and wait.
     """
     from corral.sandbox import _syscalls as sc
 
@@ -135,9 +139,17 @@ def _spawn(
         _send(ctl, {"t": "refused", "id": message["id"], "error": "every sandbox uid is in use"})
         return
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    # The worker's user namespace is owned by the effective uid that creates it, and the
+    # kernel charges every process in it to that owner's RLIMIT_NPROC count in our namespace:
+    # with the worker's own uid as owner, no tenant's processes count against another's
+    # (or against ours). Until the maps are written we stay that uid, which owns the child's
+    # /proc files; changing between two non-zero uids keeps our capabilities.
+    zygote_uid = os.geteuid()
+    os.setresuid(-1, uid, -1)
     try:
         pid = sc.clone_namespaces(_NAMESPACES)
     except OSError:
+        os.setresuid(-1, zygote_uid, -1)
         uids.give_back(uid)
         for fd in fds:
             os.close(fd)
@@ -185,6 +197,7 @@ def _spawn(
         _send(ctl, {"t": "refused", "id": message["id"], "error": f"id map: {exc}"})
         return
     finally:
+        os.setresuid(-1, zygote_uid, -1)
         ours.close()
     pidfd = os.pidfd_open(pid)
     try:
