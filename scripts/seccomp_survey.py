@@ -134,7 +134,7 @@ def main(argv: list[str]) -> int:
     else:
         print(__doc__, file=sys.stderr)
         return 2
-    from corral.sandbox._seccomp import SECCOMP_POLICY
+    from corral.sandbox import SECCOMP_POLICY
 
     allowed = SECCOMP_POLICY.allowed_names()
     for name, count in sorted(seen.items()):

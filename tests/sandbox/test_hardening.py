@@ -173,7 +173,7 @@ async def test_concurrent_workers_and_sessions_have_their_own_host_uids(engine: 
 
 
 def _zygote_pids(engine: Engine) -> list[int]:
-    hosts = engine._hosts()
+    hosts = engine._zygote_handles()
     return [host.pid for host in hosts.values() if host.pid is not None]
 
 

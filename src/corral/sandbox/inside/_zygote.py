@@ -23,14 +23,15 @@ import socket
 import sys
 from typing import Any
 
-# Imported here, as root: after dropping privileges the zygote may not be able to read its
-# own source (a checkout under /root, say), and every child needs these.
-from corral.sandbox._holder import holder_main
-from corral.sandbox._isolate import SANDBOX_ENV
-from corral.sandbox._rootfs import SANDBOX_GID, SANDBOX_UID
-from corral.sandbox._runner import run_then_exit, worker_main
 from corral.sandbox._seqpacket import receive as _recv
 from corral.sandbox._seqpacket import send as _send
+
+# Imported here, as root: after dropping privileges the zygote may not be able to read its
+# own source (a checkout under /root, say), and every child needs these.
+from corral.sandbox.inside._holder import holder_main
+from corral.sandbox.inside._isolate import SANDBOX_ENV
+from corral.sandbox.inside._rootfs import SANDBOX_GID, SANDBOX_UID
+from corral.sandbox.inside._runner import run_then_exit, worker_main
 
 __all__ = ["main"]
 
@@ -261,10 +262,10 @@ def main() -> None:
         os.environ.update(SANDBOX_ENV)  # workers must not learn where the cache lives
         os.environ.pop("XDG_CACHE_HOME", None)
         import corral.numeric  # noqa: F401 - importable inside the sandbox at no cost
-        from corral.sandbox import _runner
-        from corral.sandbox._cell import install_display
-        from corral.sandbox._rootfs import build_template, enter_base, runtime_paths
-        from corral.sandbox._seccomp import build_policy_bpf
+        from corral.sandbox.inside import _runner
+        from corral.sandbox.inside._cell import install_display
+        from corral.sandbox.inside._rootfs import build_template, enter_base, runtime_paths
+        from corral.sandbox.inside._seccomp import build_policy_bpf
 
         install_display(_runner.DISPLAY)
         bpf = build_policy_bpf()

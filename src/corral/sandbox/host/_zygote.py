@@ -15,7 +15,6 @@ import signal
 import socket
 import sys
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +23,14 @@ import anyio.abc
 
 import corral
 from corral.errors import IsolationError, ZygoteUnavailable
-from corral.sandbox._holder_client import Holder
-from corral.sandbox._isolate import SANDBOX_ENV
-from corral.sandbox._runtime import private_dir, runtime_dir
 from corral.sandbox._seqpacket import areceive, asend
-from corral.sandbox._worker import Worker
+from corral.sandbox.host._holder import Holder
+from corral.sandbox.host._runtime import private_dir, runtime_dir
+from corral.sandbox.host._uids import DEFAULT_UID_RANGE, UidRange
+from corral.sandbox.host._worker import Worker
+from corral.sandbox.inside._isolate import SANDBOX_ENV
 
-__all__ = ["DEFAULT_PRELOAD", "DEFAULT_UID_RANGE", "UidRange", "ZygoteHost"]
+__all__ = ["DEFAULT_PRELOAD", "Zygote"]
 
 logger = logging.getLogger("corral.sandbox")
 
@@ -41,7 +41,7 @@ _SPAWN_TIMEOUT = 10.0  # seconds for the zygote to clone; it only ever forks
 # (a script's folder, say) is no business of the sandbox.
 _BOOTSTRAP = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-    "from corral.sandbox._zygote import main; main()"
+    "from corral.sandbox.inside._zygote import main; main()"
 )
 _CORRAL_PARENT = str(Path(corral.__file__).resolve().parent.parent)
 # Staged shutdown. Closing the control socket is the zygote's signal to exit, which it does at
@@ -54,43 +54,7 @@ _TERM_GRACE = 1.0  # seconds after SIGTERM
 _REAP_TIMEOUT = 5.0  # seconds after SIGKILL
 
 
-@dataclass(frozen=True, slots=True)
-class UidRange:
-    """A block of host uids (and the gids of the same numbers) the sandbox may use.
-
-    Every live worker or session gets one of its own, so RLIMIT_NPROC, ``/proc/<pid>``
-    permissions and ptrace never reach from one tenant to another; a zygote takes the
-    first of its block. Never a system uid and never 65534 (``nobody``, which other
-    processes on the host run as).
-    """
-
-    first: int
-    count: int
-
-    def __post_init__(self) -> None:
-        if self.count < 2:
-            raise ValueError(f"uid_range needs at least 2 uids, not {self.count}")
-        if self.first < _MIN_SANDBOX_UID:
-            raise ValueError(f"uid_range must start at {_MIN_SANDBOX_UID} or above")
-        if self.first + self.count > _MAX_UID:
-            raise ValueError(f"uid_range must end below {_MAX_UID}")
-        if self.first <= _NOBODY < self.first + self.count:
-            raise ValueError("uid_range must not hold 65534 (nobody)")
-
-    def split(self) -> tuple[UidRange, UidRange]:
-        """Two disjoint halves (one per zygote)."""
-        half = self.count // 2
-        return UidRange(self.first, half), UidRange(self.first + half, self.count - half)
-
-
-_MIN_SANDBOX_UID = 100_000  # above every system and login uid
-_MAX_UID = 2**32 - 1  # (uid_t)-1 means "no uid"
-_NOBODY = 65534
-DEFAULT_UID_RANGE = UidRange(1_879_048_192, 65_536)
-"""Right above the range systemd leaves to containers (524288-1879048191)."""
-
-
-class ZygoteHost:
+class Zygote:
     """One running zygote and the workers it has spawned for us."""
 
     def __init__(
