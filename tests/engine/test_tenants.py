@@ -102,3 +102,17 @@ async def test_one_workers_fork_bomb_does_not_stop_another_from_forking(engine: 
         assert json.loads(still.stdout) == "EAGAIN", still.stdout
     finally:
         await bomber.close()
+
+
+async def test_uids_come_back_when_their_workers_are_gone() -> None:
+    # Four uids per zygote: its own and three for workers, fewer than the runs below.
+    first = 3_500_000
+    async with Engine(capacity=1, limits=Limits(timeout=20), uid_range=(first, 8)) as small:
+        seen = set()
+        for _ in range(8):
+            result = await small.run(
+                "print(open('/proc/self/uid_map').read().split()[1])", limits=Limits(timeout=20)
+            )
+            assert result.outcome == "ok", (result.message, result.stderr)
+            seen.add(int(result.stdout))
+    assert seen <= set(range(first + 1, first + 8)) - {first + 4}  # never a zygote's own
