@@ -303,7 +303,10 @@ def main() -> None:
                     # tearing down a heap of preloaded modules nobody will use again.
                     os._exit(0)
                 if message.get("t") == "spawn":
-                    _spawn(message, fds, ctl, layout, bpf, uids)
+                    try:
+                        _spawn(message, fds, ctl, layout, bpf, uids)
+                    except (BrokenPipeError, ConnectionResetError):
+                        os._exit(0)  # the engine closed us mid-spawn: nobody wants the worker
                 else:
                     for fd in fds:
                         os.close(fd)
