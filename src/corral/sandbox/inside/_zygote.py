@@ -40,6 +40,7 @@ _NAMESPACES = 0x10000000 | 0x20000000 | 0x00020000 | 0x40000000 | 0x08000000 | 0
 # kernel deliver the workers' parent-death signal when we die: that signal is checked like
 # one we sent, and a worker's uid is not ours.
 _KEPT_CAPABILITIES = (5, 6, 7)
+_HANDSHAKE_TIMEOUT = 5.0  # seconds for a new child to say it is ready to be mapped
 
 
 def _preload(modules: list[str]) -> dict[str, str]:
@@ -190,6 +191,7 @@ def _spawn(
     for fd in fds:
         os.close(fd)
     try:
+        ours.settimeout(_HANDSHAKE_TIMEOUT)
         if ours.recv(1) != b"r":
             raise OSError("the new worker died before its ids were mapped")
         _map_ids(pid, uid)
