@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from corral._limits import Limits
+from corral._uids import UidRange
 from corral.errors import ConfigError
 
 __all__ = ["ApiKey", "Config", "Mode"]
@@ -116,8 +117,6 @@ class Config:
         if len(set(keys)) != len(keys):
             raise ConfigError("api_keys: the same key is listed twice")
         if self.uid_range is not None:
-            from corral.sandbox import UidRange
-
             try:
                 UidRange(*self.uid_range).split()
             except ValueError as exc:

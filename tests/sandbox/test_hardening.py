@@ -17,8 +17,9 @@ import anyio
 import pytest
 
 from corral._limits import Limits
+from corral._uids import DEFAULT_UID_RANGE
 from corral.engine import Engine
-from corral.sandbox import DEFAULT_UID_RANGE, SECCOMP_POLICY
+from corral.sandbox import SECCOMP_POLICY
 
 pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
 

@@ -17,6 +17,7 @@ import anyio.abc
 
 import corral
 from corral._limits import DEFAULT_LIMITS, Limits
+from corral._uids import DEFAULT_UID_RANGE, UidRange
 from corral.engine._inputs import Input, RunEventSink
 from corral.engine._job import Job, request_for, validate_request, watch_cancel
 from corral.engine._outcome import build_result
@@ -28,9 +29,7 @@ from corral.engine._supply import WorkerSupply, stdlib_only
 from corral.errors import Busy, EngineClosed, WorkerError, ZygoteUnavailable
 from corral.sandbox import (
     DEFAULT_PRELOAD,
-    DEFAULT_UID_RANGE,
     Holder,
-    UidRange,
     WarmPool,
     Worker,
     WorkerReport,

@@ -17,8 +17,9 @@ import anyio
 import anyio.abc
 
 from corral._limits import Limits
+from corral._uids import UidRange
 from corral.errors import IsolationError, WorkerError
-from corral.sandbox import UidRange, WarmPool, Zygote, doctor
+from corral.sandbox import WarmPool, Zygote, doctor
 
 __all__ = ["WorkerSupply", "stdlib_only"]
 

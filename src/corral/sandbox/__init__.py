@@ -16,7 +16,6 @@ from corral.sandbox._syscalls import as_fs_owner
 from corral.sandbox.host._doctor import DoctorReport, Feature, doctor
 from corral.sandbox.host._holder import Holder
 from corral.sandbox.host._pool import PoolStatistics, WarmPool
-from corral.sandbox.host._uids import DEFAULT_UID_RANGE, UidRange
 from corral.sandbox.host._worker import OutputSink, Worker, WorkerReport
 from corral.sandbox.host._zygote import DEFAULT_PRELOAD, Zygote
 from corral.sandbox.inside._seccomp import (
@@ -28,7 +27,6 @@ from corral.sandbox.inside._seccomp import (
 
 __all__ = [
     "DEFAULT_PRELOAD",
-    "DEFAULT_UID_RANGE",
     "DENIED_SYSCALLS",
     "SECCOMP_POLICY",
     "DoctorReport",
@@ -38,7 +36,6 @@ __all__ = [
     "PoolStatistics",
     "SeccompPolicy",
     "SyscallGroup",
-    "UidRange",
     "WarmPool",
     "Worker",
     "WorkerReport",

@@ -22,11 +22,11 @@ import anyio
 import anyio.abc
 
 import corral
+from corral._uids import DEFAULT_UID_RANGE, UidRange
 from corral.errors import IsolationError, ZygoteUnavailable
 from corral.sandbox._seqpacket import areceive, asend
 from corral.sandbox.host._holder import Holder
 from corral.sandbox.host._runtime import private_dir, runtime_dir
-from corral.sandbox.host._uids import DEFAULT_UID_RANGE, UidRange
 from corral.sandbox.host._worker import Worker
 from corral.sandbox.inside._isolate import SANDBOX_ENV
 

@@ -1,4 +1,8 @@
-"""The host uids the sandbox runs as: a configurable block, one uid per live worker."""
+"""The host uids the sandbox runs as: a configurable block, one uid per live worker.
+
+A value object like :class:`~corral.Limits`: the configuration checks it, the engine passes
+it down, the zygote hands its uids out.
+"""
 
 from __future__ import annotations
 
