@@ -40,6 +40,7 @@ _NAMESPACES = 0x10000000 | 0x20000000 | 0x00020000 | 0x40000000 | 0x08000000 | 0
 # kernel deliver the workers' parent-death signal when we die: that signal is checked like
 # one we sent, and a worker's uid is not ours.
 _KEPT_CAPABILITIES = (5, 6, 7)
+_PRIVATE_HOME = ("HOME", "MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
 _HANDSHAKE_TIMEOUT = 5.0  # seconds for a new child to say it is ready to be mapped
 
 
@@ -256,13 +257,17 @@ def main() -> None:
         for key in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[key] = "1"
         os.environ["MPLBACKEND"] = "Agg"
+        # Whatever a preloaded library writes as root (matplotlib's font cache and config,
+        # anything under ~ or the XDG folders) lands in our private folder, never in a
+        # shared path such as /tmp/matplotlib or the sandbox's HOME on the host.
         cache = str(config["cache_dir"])
-        os.environ["MPLCONFIGDIR"] = cache  # matplotlib's font cache: ours, root-only
-        os.environ["XDG_CACHE_HOME"] = cache
+        private = dict.fromkeys(_PRIVATE_HOME, cache)
+        os.environ.update(private)
         modules = [str(m) for m in config["preload"] if m]
         versions = _preload(modules)
-        os.environ.update(SANDBOX_ENV)  # workers must not learn where the cache lives
-        os.environ.pop("XDG_CACHE_HOME", None)
+        for name in private:  # workers must not learn where the cache lives
+            os.environ.pop(name, None)
+        os.environ.update(SANDBOX_ENV)
         import corral.numeric  # noqa: F401 - importable inside the sandbox at no cost
         from corral.sandbox.inside import _runner
         from corral.sandbox.inside._cell import install_display
