@@ -89,7 +89,6 @@ class WorkerSupply:
         zygote = Zygote(
             preload=self.preload,
             uids=self._uids,
-            max_file_bytes=limits.max_file_bytes,
             static={
                 "work_bytes": limits.work_bytes,
                 "pids": limits.pids,

@@ -12,7 +12,7 @@ import anyio
 
 from corral.errors import WorkerCrashed, ZygoteUnavailable
 from corral.sandbox._seqpacket import areceive, asend
-from corral.sandbox.host._worker import Worker
+from corral.sandbox.host._worker import Worker, release
 
 __all__ = ["Holder"]
 
@@ -30,7 +30,6 @@ class Holder:
         out_fd: int,
         err_fd: int,
         *,
-        max_file_bytes: int,
         outer_id: int,
     ) -> None:
         self.pid = pid
@@ -40,7 +39,6 @@ class Holder:
         self._ctl = ctl
         self._out = out_fd
         self._err = err_fd
-        self._max_file_bytes = max_file_bytes
         self.interpreter_alive = False
         self.closed = False
         ctl.setblocking(False)
@@ -115,7 +113,6 @@ class Holder:
             ours,
             out_r,
             err_r,
-            max_file_bytes=self._max_file_bytes,
             outer_id=self.outer_id,
             signaller=self._signal_interpreter,
         )
@@ -153,7 +150,4 @@ class Holder:
             return
         self.kill()
         self.closed = True
-        self._ctl.close()
-        for fd in (self._out, self._err, self._pidfd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        release(self._ctl, self._out, self._err, self._pidfd)

@@ -62,7 +62,6 @@ class Zygote:
         *,
         preload: tuple[str, ...] = DEFAULT_PRELOAD,
         uids: UidRange = DEFAULT_UID_RANGE,
-        max_file_bytes: int = 16 * 1024 * 1024,
         static: dict[str, int] | None = None,
     ) -> None:
         self._static = static or {
@@ -73,7 +72,6 @@ class Zygote:
         }
         self._preload = preload
         self._uids = uids
-        self._max_file_bytes = max_file_bytes
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[anyio.Event, list[Any]]] = {}
         # The live one-shot workers by pid, for diagnostics; a closed worker drops out.
@@ -216,9 +214,7 @@ class Zygote:
         """
         extra = {} if work_bytes is None else {"static": {**self._static, "work_bytes": work_bytes}}
         pid, pidfd, sock, out_r, err_r, uid = await self._clone(extra, socket.SOCK_STREAM)
-        worker = Worker(
-            pid, pidfd, sock, out_r, err_r, max_file_bytes=self._max_file_bytes, outer_id=uid
-        )
+        worker = Worker(pid, pidfd, sock, out_r, err_r, outer_id=uid)
         self._workers[worker.pid] = worker
         return worker
 
@@ -231,9 +227,7 @@ class Zygote:
         pid, pidfd, sock, out_r, err_r, uid = await self._clone(
             {"session": True, "disk_bytes": disk_bytes}, socket.SOCK_SEQPACKET
         )
-        return Holder(
-            pid, pidfd, sock, out_r, err_r, max_file_bytes=self._max_file_bytes, outer_id=uid
-        )
+        return Holder(pid, pidfd, sock, out_r, err_r, outer_id=uid)
 
     def kill(self) -> None:
         if self._process is not None and self._process.returncode is None:
