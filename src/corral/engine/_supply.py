@@ -17,6 +17,7 @@ import anyio
 import anyio.abc
 
 from corral._limits import Limits
+from corral._uids import UidRange
 from corral.engine._supervisor import Backoff
 from corral.errors import IsolationError, WorkerError
 from corral.sandbox import WarmPool, Zygote, doctor
@@ -75,8 +76,11 @@ class WorkerSupply:
     restarts continue with backoff. Nothing here ever cancels the engine.
     """
 
-    def __init__(self, preload: Sequence[str], limits: Limits, pool_size: int) -> None:
+    def __init__(
+        self, preload: Sequence[str], limits: Limits, pool_size: int, uids: UidRange
+    ) -> None:
         self.preload = tuple(preload)
+        self._uids = uids
         self._limits = limits
         self._pool_size = pool_size
         self.zygote: Zygote | None = None
@@ -92,6 +96,7 @@ class WorkerSupply:
         limits = self._limits
         zygote = Zygote(
             preload=self.preload,
+            uids=self._uids,
             static={
                 "work_bytes": limits.work_bytes,
                 "pids": limits.pids,
