@@ -13,6 +13,7 @@ sides share.
 
 from corral._public import publish as _publish
 from corral.sandbox._syscalls import as_fs_owner
+from corral.sandbox.host._command import Command
 from corral.sandbox.host._doctor import DoctorReport, Feature, doctor
 from corral.sandbox.host._holder import Holder
 from corral.sandbox.host._pool import PoolStatistics, WarmPool
@@ -25,6 +26,7 @@ __all__ = [
     "DEFAULT_PRELOAD",
     "DENIED_SYSCALLS",
     "OUTER_ID",
+    "Command",
     "DoctorReport",
     "Feature",
     "Holder",
