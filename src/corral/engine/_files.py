@@ -42,6 +42,11 @@ class SessionFiles:
         self._gid = gid
         self._max_file_bytes = max_file_bytes
 
+    @property
+    def quota_bytes(self) -> int:
+        """The session's disk quota, which bounds any one file too."""
+        return self._max_file_bytes
+
     async def _run(self, action: Callable[[], T]) -> T:
         return await anyio.to_thread.run_sync(_as_owner, self._uid, self._gid, action)
 
