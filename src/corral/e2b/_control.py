@@ -129,8 +129,8 @@ async def create(request: Request) -> Response:
             f"template '{body.templateID}' not found: corral serves one sandbox, "
             f"template '{DEFAULT_TEMPLATES[0]}'",
         )
-    if body.allow_internet_access:
-        fail(400, "corral sandboxes have no network access: allow_internet_access is not offered")
+    # allow_internet_access is accepted and has no effect (older SDKs send true by default):
+    # corral's sandboxes never have a network; get_info says so.
     if body.autoPause:
         fail(400, "corral sandboxes cannot be paused: autoPause is not offered")
     try:
@@ -183,6 +183,7 @@ async def info(request: Request) -> Response:
     sandbox = await _owned(request)
     detail = _listed(sandbox)
     detail["envdAccessToken"] = sandbox.access_token
+    detail["allowInternetAccess"] = False
     return json_response(detail)
 
 
