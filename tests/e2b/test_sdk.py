@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import pytest
 
-from corral.engine import Session
 from tests.e2b.conftest import KEY, SDK_PAIRS, Server, run_scenarios
 
 pytestmark = [pytest.mark.isolation, pytest.mark.network, pytest.mark.timeout(1500)]
 
-STREAMS = "on_output" in inspect.signature(Session.run).parameters
 _seen: dict[tuple[str, str], dict[str, Any]] = {}
 
 
@@ -21,8 +18,7 @@ def sdk(request: pytest.FixtureRequest, corral_server: Server) -> dict[str, Any]
     """What the SDK saw in every scenario, run once per SDK pair."""
     pair: tuple[str, str] = request.param
     if pair not in _seen:
-        skip = set() if STREAMS else {"stdout_streams"}
-        _seen[pair] = run_scenarios(corral_server, *pair, skip=skip)
+        _seen[pair] = run_scenarios(corral_server, *pair, skip=set())
     return _seen[pair]
 
 
@@ -53,8 +49,6 @@ def test_errors_are_the_execution_error(sdk: dict[str, Any]) -> None:
 
 
 def test_on_stdout_arrives_while_the_code_runs(sdk: dict[str, Any]) -> None:
-    if not STREAMS:
-        pytest.skip("the engine has no streamed output yet (Session.run(on_output=...))")
     assert ok(sdk, "stdout_streams")["stdout"] == "ping\nstreamed\n"
 
 

@@ -9,7 +9,14 @@ from typing import Any
 
 from corral.engine import ExecutionResult
 
-__all__ = ["end_event", "error_event", "from_result", "output_event", "result_event"]
+__all__ = [
+    "StreamedOutput",
+    "end_event",
+    "error_event",
+    "from_result",
+    "output_event",
+    "result_event",
+]
 
 # MIME type -> the field of E2B's result event that carries it.
 _FIELDS = {
@@ -60,6 +67,50 @@ def end_event(execution_count: int) -> bytes:
     return _line({"type": "number_of_executions", "execution_count": execution_count}) + _line(
         {"type": "end_of_execution"}
     )
+
+
+_TRACEBACK_STARTS = ("Traceback (most recent call last):", '  File "<cell>"')
+
+
+def _traceback_start(text: str) -> int:
+    found = [i for i in (text.find(start) for start in _TRACEBACK_STARTS) if i >= 0]
+    return min(found, default=-1)
+
+
+class StreamedOutput:
+    """corral's streamed output as events, less the traceback a kernel would not print.
+
+    corral's stderr carries the exception's traceback too; E2B reports it as the error only.
+    stderr from where a traceback seems to start is held back until more output follows (it
+    was the user's own, then) or the run ends (then the error's traceback is dropped).
+    """
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def output(self, kind: str, text: str) -> list[bytes]:
+        if kind == "stderr":
+            if self._held:
+                self._held += text
+                return []
+            start = _traceback_start(text)
+            if start < 0:
+                return [output_event("stderr", text)]
+            self._held = text[start:]
+            return [output_event("stderr", text[:start])] if start else []
+        return [*self._release(), output_event(kind, text)]
+
+    def display(self, bundle: Mapping[str, Any]) -> list[bytes]:
+        return [*self._release(), result_event(bundle, main=False)]
+
+    def _release(self) -> list[bytes]:
+        held, self._held = self._held, ""
+        return [output_event("stderr", held)] if held else []
+
+    def finish(self, result: ExecutionResult) -> list[bytes]:
+        if result.error is not None and self._held.endswith(result.error.traceback):
+            self._held = self._held[: len(self._held) - len(result.error.traceback)]
+        return self._release()
 
 
 def from_result(result: ExecutionResult, *, streamed: bool) -> list[bytes]:

@@ -1,7 +1,7 @@
 """The code interpreter (port 49999): ``/execute`` streaming E2B's events, and ``/contexts``.
 
-``/execute`` answers ``application/x-ndjson``: stdout and stderr as they are produced (with
-corral's streamed output; at the end of the run without it), ``display()`` results, the
+``/execute`` answers ``application/x-ndjson``: stdout and stderr as they are produced,
+``display()`` results, the
 trailing expression's result, the error, the execution count, then ``end_of_execution``.
 The client closing the connection cancels the run. ``/contexts`` calls carry no access token
 in the SDK, so they are accepted by the sandbox's unguessable id alone.
@@ -9,7 +9,6 @@ in the SDK, so they are accepted by the sandbox's unguessable id alone.
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -26,14 +25,12 @@ from corral.e2b import _events
 from corral.e2b._contexts import Context
 from corral.e2b._sandboxes import Sandbox
 from corral.e2b._service import fail, json_response, service_of
-from corral.engine import ExecutionResult, Session
+from corral.engine import OutputEvent
 
 __all__ = ["routes"]
 
 _BODY_BYTES = 4 * 1024 * 1024  # the engine bounds the code itself far below this
 _MAX_CWD = 4096
-# corral's streamed output (Session.run's on_output), where this engine has it.
-_STREAMS = "on_output" in inspect.signature(Session.run).parameters
 _LANGUAGES = (None, "python", "py", "python3")
 
 
@@ -141,24 +138,25 @@ class _Execution(Response):
                     sandbox.contexts.interpreter_restarted()
                     return [*_events.from_result(prepared, streamed=False), _events.end_event(0)]
                 sandbox.contexts.prepared(context, self._run_env)
-            options: dict[str, Any] = {}
-            if _STREAMS:
-                options["on_output"] = lambda event: _stream(event, emit)
-            result: ExecutionResult = await session.run(self._code, cancel=cancel, **options)
+            streamed = _events.StreamedOutput()
+
+            def on_output(event: OutputEvent) -> None:
+                if event.kind == "display":
+                    lines = streamed.display(event.data or {})
+                else:
+                    lines = streamed.output(event.kind, event.text)
+                for line in lines:
+                    emit(line)
+
+            result = await session.run(self._code, cancel=cancel, on_output=on_output)
             if result.restarted:
                 sandbox.contexts.interpreter_restarted()
             context.executions += 1
             return [
-                *_events.from_result(result, streamed=_STREAMS),
+                *streamed.finish(result),
+                *_events.from_result(result, streamed=True),
                 _events.end_event(context.executions),
             ]
-
-
-def _stream(event: Any, emit: Callable[[bytes], None]) -> None:
-    if event.kind in ("stdout", "stderr"):
-        emit(_events.output_event(event.kind, event.text))
-    elif event.kind == "display" and event.data is not None:
-        emit(_events.result_event(event.data, main=False))
 
 
 async def create_context(request: Request) -> Response:
