@@ -13,13 +13,16 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
 from corral.e2b._contexts import Contexts
 from corral.engine import Session
-from corral.sandbox import Command
+
+if TYPE_CHECKING:
+    # Only its type: commands are started through the engine's Session.start_command.
+    from corral.sandbox import Command
 
 __all__ = [
     "MAX_TIMEOUT",
