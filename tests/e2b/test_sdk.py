@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 from typing import Any
 
 import pytest
 
-from tests.e2b.conftest import KEY, SDK_PAIRS, Server, run_scenarios
+from tests.e2b.conftest import KEY, ROOT, SDK_PAIRS, Server, run_scenarios, sdk_python
 
 pytestmark = [pytest.mark.isolation, pytest.mark.network, pytest.mark.timeout(1500)]
 
@@ -160,3 +163,19 @@ def test_isolation_holds_in_e2b_sandboxes(sdk: dict[str, Any], corral_server: Se
     pids = [p for p in proc if p.isdigit()]
     assert "1" in pids
     assert len(pids) <= 5  # its own pid namespace: no host process is visible
+
+
+def test_the_readme_example_runs(corral_server: Server) -> None:
+    readme = (ROOT / "README.md").read_text().split("## Use corral from the E2B SDK", 1)[1]
+    match = re.search(r"```python\n(.*?)```", readme, re.DOTALL)
+    assert match is not None
+    example = match.group(1)
+    assert len(example.strip().splitlines()) == 5
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "CORRAL_"))}
+    env.update(E2B_API_URL=corral_server.url, E2B_SANDBOX_URL=corral_server.url, E2B_API_KEY=KEY)
+    done = subprocess.run(
+        [str(sdk_python(*SDK_PAIRS[0])), "-c", example],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "42"
