@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral.e2b import _control, _files, _filesystem, _interpreter, _process
 from corral.e2b._service import SCOPE_KEY, E2BError, E2BService, error_response
+from corral.errors import CorralError
 
 __all__ = ["E2BGateway"]
 
@@ -52,6 +53,10 @@ def _guarded(router: Router) -> ASGIApp:
             await router(scope, receive, send)
         except E2BError as exc:
             await error_response(exc.status, exc.message)(scope, receive, send)
+        except CorralError as exc:
+            # The engine could not serve it (closed, sandbox failed to start): not the client's
+            # fault, and not shaped like the code was wrong.
+            await error_response(503, f"{type(exc).__name__}: {exc}")(scope, receive, send)
 
     return app
 

@@ -10,7 +10,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from corral._config import Config
-from corral._limits import Limits
 from corral.e2b._keys import E2BKeys, same_secret
 from corral.e2b._sandboxes import Sandbox, Sandboxes, SessionOpener
 
@@ -55,16 +54,12 @@ class E2BService:
 
     sandboxes: Sandboxes
     keys: E2BKeys
-    limits: Limits
-    max_request_bytes: int
 
     @classmethod
     def build(cls, engine: SessionOpener, config: Config) -> E2BService:
         return cls(
             sandboxes=Sandboxes(engine, config.max_sessions_per_key),
             keys=E2BKeys(config.api_keys),
-            limits=config.limits(),
-            max_request_bytes=config.max_request_bytes,
         )
 
     def owner(self, request: Request) -> str:

@@ -54,9 +54,10 @@ def _parse(message: Mapping[str, Any]) -> tuple[list[str], dict[str, str], str, 
     cwd, memory, cpu = message.get("cwd"), message.get("memory_bytes"), message.get("cpu_seconds")
     if not argv or env is None or not isinstance(cwd, str):
         return None
-    if not isinstance(memory, int) or not isinstance(cpu, int) or memory <= 0 or cpu <= 0:
+    bounds = [v for v in (memory, cpu) if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    if len(bounds) != 2:
         return None
-    return argv, env, cwd, memory, cpu
+    return argv, env, cwd, bounds[0], bounds[1]
 
 
 def _write(fd: int, text: str) -> None:
