@@ -35,9 +35,9 @@ _INSTALL_TIMEOUT = 600  # seconds for pip to fetch and install one SDK pair
 _SCENARIO_TIMEOUT = 600  # seconds for every scenario of one SDK pair
 
 
-def sdk_python(e2b: str, interpreter: str) -> Path:
-    """The python of a venv holding exactly this SDK pair, made once and cached."""
-    target = CACHE / f"e2b-{e2b}-ci-{interpreter}"
+def sdk_python(e2b: str, interpreter: str, *extra: str) -> Path:
+    """The python of a venv holding exactly this SDK pair (and ``extra``), made once, cached."""
+    target = CACHE / "-".join([f"e2b-{e2b}-ci-{interpreter}", *extra]).replace("==", "-")
     python = target / "bin" / "python"
     if (target / ".complete").exists():
         return python
@@ -45,7 +45,7 @@ def sdk_python(e2b: str, interpreter: str) -> Path:
     venv.create(target, with_pip=True)
     install = subprocess.run(
         [str(python), "-m", "pip", "install", "-q",
-         f"e2b=={e2b}", f"e2b-code-interpreter=={interpreter}"],
+         f"e2b=={e2b}", f"e2b-code-interpreter=={interpreter}", *extra],
         capture_output=True, text=True, timeout=_INSTALL_TIMEOUT, check=False,
     )  # fmt: skip
     if install.returncode != 0:

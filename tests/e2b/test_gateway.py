@@ -157,6 +157,16 @@ async def test_execute_checks(client: httpx.AsyncClient) -> None:
     assert contexts.json() == [{"id": "default", "language": "python", "cwd": "/home/user"}]
 
 
+async def test_shell_escapes_run_in_the_sandbox(client: httpx.AsyncClient) -> None:
+    created = await _create(client)
+    code = "!echo from-the-shell\nfiles = !ls /proc\nlen([f for f in files if f.isdigit()]) < 10"
+    reply = await client.post("/execute", json={"code": code}, headers=_envd(created, 49999))
+    events = _events(reply)
+    assert events[0]["type"] == "stdout"
+    assert events[0]["text"] == "from-the-shell\n"
+    assert {"type": "result", "is_main_result": True, "text": "True"} in events
+
+
 def _frames(body: bytes) -> list[tuple[int, Any]]:
     frames = []
     while body:

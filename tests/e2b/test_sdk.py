@@ -179,3 +179,31 @@ def test_the_readme_example_runs(corral_server: Server) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == "42"
+
+
+SMOLAGENTS = "smolagents==1.26.0"
+SMOLAGENTS_RUN = """
+import os, sys
+from smolagents.default_tools import FinalAnswerTool
+from smolagents.monitoring import AgentLogger, LogLevel
+from smolagents.remote_executors import E2BExecutor
+executor = E2BExecutor([], AgentLogger(level=LogLevel.OFF))
+executor.send_tools({"final_answer": FinalAnswerTool()})  # runs `!pip install ...` first
+first = executor("x = 2\\nprint('thinking')\\nx * 3")
+final = executor("final_answer(x * 21)")
+print(repr([first.output, first.logs, first.is_final_answer, final.output, final.is_final_answer]))
+executor.cleanup()
+"""
+
+
+def test_smolagents_e2b_executor_unmodified(corral_server: Server) -> None:
+    """A third-party user of the SDK: smolagents' E2BExecutor, as its agents drive it."""
+    python = sdk_python(*SDK_PAIRS[0], SMOLAGENTS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "CORRAL_"))}
+    env.update(E2B_API_URL=corral_server.url, E2B_SANDBOX_URL=corral_server.url, E2B_API_KEY=KEY)
+    done = subprocess.run(
+        [str(python), "-c", SMOLAGENTS_RUN],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "['6', 'thinking\\n', False, 42, True]"

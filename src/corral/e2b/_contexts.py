@@ -16,6 +16,8 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from corral.e2b._magics import SHELL_SOURCE
+
 __all__ = ["DEFAULT_CONTEXT", "HOME", "Context", "Contexts"]
 
 HOME = "/home/user"
@@ -122,7 +124,7 @@ class Contexts:
             "import sys as _s, types as _t\n"
             "if '__corral_e2b__' not in _s.modules:\n"
             "    _m = _t.ModuleType('__corral_e2b__')\n"
-            f"    exec({_HELPER!r}, _m.__dict__)\n"
+            f"    exec({_HELPER + SHELL_SOURCE!r}, _m.__dict__)\n"
             "    _s.modules['__corral_e2b__'] = _m\n"
             "    del _m\n"
             "del _s, _t\n"

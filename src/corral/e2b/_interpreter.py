@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from corral.e2b import _events
+from corral.e2b import _events, _magics
 from corral.e2b._contexts import Context
 from corral.e2b._sandboxes import Sandbox
 from corral.e2b._service import fail, json_response, service_of
@@ -148,7 +148,8 @@ class _Execution(Response):
                 for line in lines:
                     emit(line)
 
-            result = await session.run(self._code, cancel=cancel, on_output=on_output)
+            code = _magics.transform(self._code)
+            result = await session.run(code, cancel=cancel, on_output=on_output)
             if result.restarted:
                 sandbox.contexts.interpreter_restarted()
             context.executions += 1
