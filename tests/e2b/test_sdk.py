@@ -99,8 +99,8 @@ def test_commands_run_in_the_sandbox(sdk: dict[str, Any]) -> None:
 def test_run_code_timeout_ends_the_run(sdk: dict[str, Any]) -> None:
     seen = ok(sdk, "run_code_timeout")
     assert seen["raised"] == "TimeoutException"
-    assert seen["waited_s"] < 30  # the SDK's 1 s, not the 60 s the code asked for
     assert seen["after"] == "42"
+    assert seen["ticks"] < 600  # the closed connection interrupted the loop
 
 
 def test_kill_and_kill_by_id_on_a_killed_sandbox(sdk: dict[str, Any]) -> None:
