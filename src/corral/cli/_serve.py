@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 
+from corral import _fs
 from corral._config import ApiKey, Config
 from corral.cli._main import EXIT_OK
 from corral.e2b import new_e2b_key
@@ -29,7 +30,7 @@ def local_api_key(
 
     Returns the key and whether it was just created.
     """
-    data_dir.mkdir(parents=True, exist_ok=True)
+    _fs.make_private_dir(data_dir)
     path = data_dir / name
     try:
         return path.read_text().strip(), False
@@ -57,12 +58,20 @@ def serve_command(args: argparse.Namespace) -> int:
             api_keys=(ApiKey(key=key, user="local"), ApiKey(key=e2b_key, user="local-e2b"))
         )
         where = config.data_dir / _KEY_FILE
-        verb = "created" if created else "using"
-        print(
-            f"corral: no API keys configured; {verb} {where}\ncorral: Api-Key: {key}\n"
-            f"corral: E2B_API_KEY={e2b_key}",
-            file=sys.stderr,
-        )
+        # The key is shown once, when it is made, and only on a terminal: a service's stderr
+        # is a log (the journal), and keys never go into logs. It stays in its 0600 file.
+        if created and sys.stderr.isatty():
+            print(
+                f"corral: created {where}\ncorral: Api-Key: {key}\n"
+                f"corral: E2B_API_KEY={e2b_key}  (kept in {config.data_dir / _E2B_KEY_FILE})",
+                file=sys.stderr,
+            )
+        else:
+            print(
+                f"corral: no API keys configured; using the keys in {where} and "
+                f"{config.data_dir / _E2B_KEY_FILE} (for E2B_API_KEY)",
+                file=sys.stderr,
+            )
     serve(config)
     return EXIT_OK
 
