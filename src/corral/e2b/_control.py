@@ -166,7 +166,7 @@ async def kill(request: Request) -> Response:
 async def set_timeout(request: Request) -> Response:
     sandbox = await _owned(request)
     body = await _body(request, Timeout)
-    sandbox.end_at = time.time() + body.timeout
+    sandbox.live_until(time.time() + body.timeout)
     return Response(status_code=204)
 
 
@@ -175,7 +175,7 @@ async def connect(request: Request) -> Response:
     body = await _body(request, ConnectBody)
     if body.timeout is not None:
         # E2B's connect only ever extends a running sandbox's life.
-        sandbox.end_at = max(sandbox.end_at, time.time() + body.timeout)
+        sandbox.live_until(max(sandbox.end_at, time.time() + body.timeout))
     return json_response(_created(sandbox), 200)
 
 

@@ -3,8 +3,9 @@
 A sandbox's id is its only name on the data plane for the calls the SDK sends without an
 access token (``/contexts``), so ids carry 128 random bits; every other data-plane call must
 also carry the sandbox's own ``envdAccessToken``. A sandbox lives until it is killed or its
-``timeout`` passes (``set_timeout`` moves that end); the engine's idle expiry does not apply
-to it while it lives, and a session the engine closed anyway reads as a killed sandbox.
+``timeout`` passes (``set_timeout`` moves that end); the engine's idle expiry holds off until
+then (``Session.hold_for``) and ends the session soon after, if no request came to kill it;
+a session the engine closed reads as a killed sandbox.
 """
 
 from __future__ import annotations
@@ -84,6 +85,11 @@ class Sandbox:
     def alive(self) -> bool:
         return not self.session.closed and time.time() < self.end_at
 
+    def live_until(self, end_at: float) -> None:
+        """Its new end (wall clock); the engine's idle expiry waits for it too."""
+        self.end_at = end_at
+        self.session.hold_for(end_at - time.time())
+
 
 class Sandboxes:
     """Every running sandbox by id, at most ``max_per_owner`` per key."""
@@ -120,6 +126,7 @@ class Sandboxes:
             end_at=now + lifetime,
             contexts=Contexts(env_vars),
         )
+        sandbox.live_until(sandbox.end_at)
         self._by_id[sandbox.id] = sandbox
         return sandbox
 

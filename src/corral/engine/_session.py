@@ -64,7 +64,17 @@ class Session:
             raise SessionClosed(f"session {self.id} is closed")
 
     def touch(self) -> None:
-        self.last_used = time.monotonic()
+        # Never backwards: hold_for may have moved it ahead.
+        self.last_used = max(self.last_used, time.monotonic())
+
+    def hold_for(self, seconds: float) -> None:
+        """Keep the session from idle expiry for ``seconds`` from now, used or not.
+
+        For front ends whose sessions have a lifetime of their own (an E2B sandbox's
+        ``timeout``); afterwards the usual idle expiry applies again.
+        """
+        held = time.monotonic() + seconds - self._engine.session_idle_timeout
+        self.last_used = max(self.last_used, held)
 
     async def run(
         self,
