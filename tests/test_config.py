@@ -57,11 +57,11 @@ def test_defaults_without_file_or_environment(tmp_path: Path) -> None:
     assert config.api_keys == ()
     assert config.create_code_app_roles is None
     assert config.upload_max_size == 536870912
-    assert config.timeout == 60.0
+    assert config.timeout == 30.0  # the one default: Limits.timeout
     assert config.session_idle_timeout == 600.0
     assert config.session_id is None
     assert config.raw_toml == {}
-    assert config.limits() == config.limits().replace(timeout=60.0)
+    assert config.limits() == config.limits().replace(timeout=30.0)
 
 
 def test_container_mode_defaults_to_dial_address() -> None:

@@ -14,11 +14,13 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "DEFAULT_LIMITS": "corral._limits",
-    "Engine": "corral.engine",
+    "Engine": "corral._api",
     "ExecutionResult": "corral.engine",
     "Input": "corral.engine",
     "Limits": "corral._limits",
+    "OutputEvent": "corral.engine",
     "RunEvent": "corral.engine",
+    "Session": "corral.engine",
 }
 
 __all__ = [
@@ -27,13 +29,16 @@ __all__ = [
     "ExecutionResult",
     "Input",
     "Limits",
+    "OutputEvent",
     "RunEvent",
+    "Session",
     "__version__",
 ]
 
 if TYPE_CHECKING:
+    from corral._api import Engine
     from corral._limits import DEFAULT_LIMITS, Limits
-    from corral.engine import Engine, ExecutionResult, Input, RunEvent
+    from corral.engine import ExecutionResult, Input, OutputEvent, RunEvent, Session
 
 
 def __getattr__(name: str) -> Any:

@@ -38,8 +38,9 @@ def test_invalid_input_exits_2() -> None:
     missing = corral("run", "/nonexistent/script.py")
     assert missing.returncode == 2
     assert "No such file" in missing.stderr
-    both = corral("run", "file.py", "-c", "1")
-    assert both.returncode == 2
+    after_the_file = corral("run", "missing.py", "-c", "1")  # "-c 1" are the file's arguments
+    assert after_the_file.returncode == 2
+    assert "No such file" in after_the_file.stderr
 
 
 def test_timeout_exits_3_and_says_so() -> None:

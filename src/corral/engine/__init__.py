@@ -6,8 +6,8 @@ its ExecutionResults.
 """
 
 from corral._public import publish as _publish
-from corral.engine._engine import Engine, EngineStatistics
-from corral.engine._inputs import Input, RunEvent, RunEventSink
+from corral.engine._engine import Engine, EngineStatistics, SourceItem
+from corral.engine._inputs import Input, OutputEvent, OutputListener, RunEvent, RunEventSink
 from corral.engine._result import (
     ErrorInfo,
     Evidence,
@@ -30,9 +30,12 @@ __all__ = [
     "InputEvidence",
     "Omitted",
     "Outcome",
+    "OutputEvent",
+    "OutputListener",
     "RunEvent",
     "RunEventSink",
     "Session",
+    "SourceItem",
 ]
 
 _publish(globals())

@@ -1,13 +1,16 @@
-"""What a run may mount under ``/inputs`` and the metadata-only events it reports."""
+"""What a run may mount under ``/inputs``, the metadata-only events it reports and the
+output it streams."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-__all__ = ["Input", "RunEvent", "RunEventSink"]
+__all__ = ["Input", "OutputEvent", "OutputListener", "RunEvent", "RunEventSink"]
+
+_NAME_BYTES = 255  # a base name longer than this cannot be created on Linux
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -15,8 +18,10 @@ class Input:
     """One source mounted read-only into a worker.
 
     The canonical text appears at ``/inputs/<id>.txt``; the original bytes, when given, at
-    ``/inputs/<id>.orig``. Python sees ``input_files`` (``{id: text path}``) and
-    ``input_assets`` (``{id: {"text", "original", "media_type"}}``).
+    ``/inputs/<id>.orig``. With a ``name``, the working folder also shows the source under
+    that base name, read-only (the original bytes when there are any, else the text).
+    Python sees ``input_files`` (``{id: text path}``) and ``input_assets``
+    (``{id: {"text", "original", "media_type", "name"}}``).
     """
 
     id: str
@@ -25,14 +30,29 @@ class Input:
     media_type: str = "text/plain"
     text_sha256: str = field(default="")
     original_sha256: str | None = None
+    name: str = ""
+    """The source's own base name (``scores.csv``); "" for none."""
 
     def __post_init__(self) -> None:
         if not self.id or not all(c.isalnum() or c in "-_" for c in self.id):
             raise ValueError(f"input id must be [A-Za-z0-9_-]+, not {self.id!r}")
+        if self.name and not is_base_name(self.name):
+            raise ValueError(f"input name must be a plain file name, not {self.name!r}")
         if not self.text_sha256:
             object.__setattr__(self, "text_sha256", hashlib.sha256(self.text).hexdigest())
         if self.original is not None and self.original_sha256 is None:
             object.__setattr__(self, "original_sha256", hashlib.sha256(self.original).hexdigest())
+
+
+def is_base_name(name: str) -> bool:
+    """A name that is one path component, printable, and creatable on Linux."""
+    return (
+        name not in ("", ".", "..")
+        and "/" not in name
+        and name.isprintable()
+        and len(name.encode("utf-8", "surrogatepass")) <= _NAME_BYTES
+        and not any(0xD800 <= ord(c) <= 0xDFFF for c in name)
+    )
 
 
 Phase = Literal["queued", "started", "executing", "finished"]
@@ -54,3 +74,17 @@ class RunEvent:
 
 
 RunEventSink = Callable[[RunEvent], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputEvent:
+    """A piece of a run's output, delivered while the run executes."""
+
+    kind: Literal["stdout", "stderr", "display"]
+    text: str = ""
+    """A stdout or stderr chunk, already within the ceilings."""
+    data: Mapping[str, Any] | None = None
+    """For ``display``: one MIME bundle, ``{"image/png": "<base64>", ...}``."""
+
+
+OutputListener = Callable[[OutputEvent], None]

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 
 from corral._limits import Limits
-from corral.engine._inputs import Input, RunEvent, RunEventSink
+from corral.engine._inputs import Input, OutputListener, RunEvent, RunEventSink
 from corral.engine._outcome import Capture, build_result
 from corral.engine._result import Evidence, ExecutionResult, Outcome
 from corral.sandbox import Worker
@@ -19,7 +19,12 @@ from corral.sandbox import Worker
 __all__ = ["Job", "cancel_on", "request_for", "validate_request", "watch_cancel"]
 
 
-def validate_request(code: str, inputs: Sequence[Input], limits: Limits) -> str:
+_MAX_ARGS = 256  # command-line arguments one run may pass to sys.argv
+
+
+def validate_request(
+    code: str, inputs: Sequence[Input], limits: Limits, argv: Sequence[str] | None = None
+) -> str:
     """The reason a request cannot run at all, or "" when it can."""
     if len(code) > limits.code_chars:
         return f"code has {len(code)} characters; the limit is {limits.code_chars}"
@@ -29,16 +34,31 @@ def validate_request(code: str, inputs: Sequence[Input], limits: Limits) -> str:
         return f"{len(inputs)} inputs; at most {limits.max_sources} may be mounted"
     if len({i.id for i in inputs}) != len(inputs):
         return "input ids must be unique"
+    if argv is not None:
+        if not all(isinstance(a, str) for a in argv):
+            return "argv must be a list of strings"
+        if not argv or not argv[0]:
+            return "argv must start with the program's name"
+        if len(argv) > _MAX_ARGS:
+            return f"argv has {len(argv)} arguments; at most {_MAX_ARGS} are accepted"
+        if sum(len(a) for a in argv) > limits.code_chars:
+            return f"argv has more than {limits.code_chars} characters"
+        if any("\x00" in a for a in argv):
+            return "argv contains a NUL character"
     return ""
 
 
 def request_for(
-    code: str, inputs: Sequence[Input], limits: Limits, deadline: float
+    code: str,
+    inputs: Sequence[Input],
+    limits: Limits,
+    deadline: float,
+    argv: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     remaining = (
         max(0.0, deadline - anyio.current_time()) if math.isfinite(deadline) else (limits.timeout)
     )
-    return {
+    request: dict[str, Any] = {
         "t": "run",
         "code": code,
         "limits": {
@@ -54,15 +74,23 @@ def request_for(
             "display_bytes": limits.display_bytes,
         },
         "inputs": [
-            {"id": i.id, "media_type": i.media_type, "original": i.original is not None}
+            {
+                "id": i.id,
+                "media_type": i.media_type,
+                "original": i.original is not None,
+                "name": i.name,
+            }
             for i in inputs
         ],
     }
+    if argv is not None:
+        request["argv"] = list(argv)
+    return request
 
 
 @contextlib.asynccontextmanager
 async def watch_cancel(
-    event: anyio.Event | None, scope: anyio.CancelScope, job: Job, *more: anyio.Event
+    event: anyio.Event | None, scope: anyio.CancelScope, job: Job, *more: anyio.Event | None
 ) -> AsyncIterator[None]:
     """Cancel ``scope`` when ``event`` (or any of ``more``) is set, for the block's duration.
 
@@ -90,11 +118,22 @@ async def cancel_on(event: anyio.Event, scope: anyio.CancelScope, job: Job) -> N
 class Job:
     """Book-keeping for one run: timing, capture and metadata-only events."""
 
-    def __init__(self, started: float, limits: Limits, on_event: RunEventSink | None) -> None:
+    def __init__(
+        self,
+        started: float,
+        limits: Limits,
+        on_event: RunEventSink | None,
+        *,
+        on_output: OutputListener | None = None,
+        argv: Sequence[str] | None = None,
+    ) -> None:
         self.started = started
         self.limits = limits
         self.capture = Capture(limits)
         self._on_event = on_event
+        self.on_output = on_output
+        """Told each piece of output while the run executes (streaming)."""
+        self.argv = argv
         self.admitted_at: float | None = None
         self.cancelled_explicitly = False
         self.worker: Worker | None = None

@@ -14,6 +14,7 @@ from corral.errors import WorkerProtocolError
 __all__ = ["Capture", "build_result"]
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_EXIT_CODE_BOUND = 1 << 31  # sys.exit codes beyond a C int are not exit codes
 
 
 class Capture:
@@ -101,6 +102,15 @@ def build_result(
         if sum(len(str(v)) for d in display for v in d.values()) > limits.display_bytes * 2:
             raise WorkerProtocolError("display exceeds its bound")
         files, file_data = _files(report, contents or [], limits)
+        raw_exit = report.get("exit_code")
+        if raw_exit is not None:
+            if (
+                not isinstance(raw_exit, int)
+                or isinstance(raw_exit, bool)
+                or not -_EXIT_CODE_BOUND <= raw_exit < _EXIT_CODE_BOUND
+            ):
+                raise WorkerProtocolError("bad exit code")
+            timing.setdefault("exit_code", raw_exit)
         usage = report.get("usage")
         if isinstance(usage, dict):
             cpu, rss = usage.get("cpu_ms"), usage.get("peak_rss_kb")

@@ -14,23 +14,20 @@ import dataclasses
 import os
 import secrets
 import time
-from collections.abc import AsyncIterable
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
+from types import TracebackType
 
 import anyio
 
 from corral._fs import FileEntry
 from corral._limits import Limits
 from corral.engine._files import SessionFiles
-from corral.engine._inputs import RunEventSink
-from corral.engine._job import Job, validate_request, watch_cancel
-from corral.engine._result import Evidence, ExecutionResult, FileInfo, Outcome
-from corral.errors import Busy, SessionClosed, SessionExists, SessionNotFound, WorkerError
-from corral.sandbox import OUTER_ID
-
-if TYPE_CHECKING:
-    from corral.engine._engine import Engine
-    from corral.sandbox import Holder, Worker
+from corral.engine._inputs import Input, OutputListener, RunEventSink
+from corral.engine._job import Job
+from corral.engine._result import Evidence, ExecutionResult, FileInfo
+from corral.engine._runs import Runs, stop_message
+from corral.errors import SessionClosed, SessionExists, SessionNotFound, WorkerError
+from corral.sandbox import OUTER_ID, Holder, Worker
 
 __all__ = ["Session", "SessionManager"]
 
@@ -39,102 +36,63 @@ _CLOSE_GRACE = 5.0  # seconds for a run in progress to notice its session was ki
 _EXPIRY_TICK = 5.0  # seconds between idle-session sweeps
 
 
-class Session:
-    """One stateful interpreter; use ``run`` and the file methods, then ``close``."""
+class _Interpreter:
+    """A session's side of the run path: its holder, its one interpreter, its run lock."""
 
-    def __init__(self, engine: Engine, session_id: str, holder: Holder, limits: Limits) -> None:
-        self.id = session_id
-        self.limits = limits
-        self.created_at = time.time()
-        self.last_used = time.monotonic()
-        self._engine = engine
-        self._holder = holder
-        self._lock = anyio.Lock()
-        self._worker: Worker | None = None
-        self._restart_note = False
-        self._data_fd = holder.open_data_dir()
-        self.files = SessionFiles(self._data_fd, OUTER_ID, OUTER_ID, engine.session_disk_bytes)
+    def __init__(self, runs: Runs, session_id: str, holder: Holder) -> None:
+        self._runs = runs
+        self.session_id = session_id
+        self.holder = holder
+        self.lock = anyio.Lock()
+        self.worker: Worker | None = None
+        self.restart_note = False
         self.closed = False
-        self._closing = anyio.Event()
+        self.closing_event = anyio.Event()
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self.closed:
-            raise SessionClosed(f"session {self.id} is closed")
+            raise SessionClosed(f"session {self.session_id} is closed")
 
-    def touch(self) -> None:
-        self.last_used = time.monotonic()
+    @contextlib.asynccontextmanager
+    async def serial(self) -> AsyncIterator[object]:
+        async with self.lock:
+            self.check_open()
+            yield self
 
-    async def run(
-        self,
-        code: str,
-        *,
-        limits: Limits | None = None,
-        on_event: RunEventSink | None = None,
-        cancel: anyio.Event | None = None,
+    def closing(self) -> anyio.Event:
+        return self.closing_event
+
+    async def execute(
+        self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
     ) -> ExecutionResult:
-        """Run ``code`` in this session's interpreter; state persists between runs.
-
-        Raises:
-            SessionClosed: the session was closed or expired.
-            EngineClosed: the engine is not running.
-        """
-        self._check_open()
-        self._engine._check_open()
-        self.touch()
-        limits = limits or self.limits
-        started = time.perf_counter()
-        evidence = self._engine.evidence(code, (), limits)
-        problem = validate_request(code, (), limits)
-        if problem:
-            self._engine.count_outcome("invalid_input")
-            return self._engine.refuse("invalid_input", problem, evidence, started)
-        job = Job(started, limits, on_event)
-        result: ExecutionResult | None = None
-        deadline = anyio.current_time() + limits.timeout
-        with anyio.CancelScope(deadline=deadline) as scope:
-            async with watch_cancel(cancel, scope, job, self._closing):
-                try:
-                    async with self._lock:
-                        self._check_open()
-                        async with self._engine.scheduler.slot(on_queued=job.queued):
-                            job.admitted()
-                            result = await self._execute(job, code, evidence)
-                except Busy as exc:
-                    result = self._engine.refuse("busy", str(exc), evidence, started)
-        if result is None:
-            result = await self._stopped(job, evidence)
-        self._engine.count_outcome(result.outcome)
-        job.finished(result)
-        self.touch()
-        return result
-
-    async def _execute(self, job: Job, code: str, evidence: Evidence) -> ExecutionResult:
-        if self._worker is None:
-            self._worker = await self._holder.start_interpreter()
-        job.restarted = self._restart_note
-        self._restart_note = False
-        result = await self._engine.execute_on(self._worker, job, code, (), evidence, session=True)
+        if self.worker is None:
+            self.worker = await self.holder.start_interpreter()
+        job.restarted = self.restart_note
+        self.restart_note = False
+        result = await self._runs.execute_on(self.worker, job, code, inputs, evidence)
         if result.outcome == "worker_error":
-            await self._discard_interpreter()
+            await self.discard()
             result = dataclasses.replace(result, restarted=True)
         return result
 
-    async def _discard_interpreter(self) -> None:
+    async def abandoned(self, job: Job) -> None:
+        # The interpreter may still be running the abandoned code: the next run must not
+        # find it mid-request, so it goes (files stay).
+        if job.worker is not None and not self.closed:
+            job.drain(job.worker)
+            await self.discard()
+
+    async def discard(self) -> None:
         with anyio.CancelScope(shield=True):
-            worker, self._worker = self._worker, None
+            worker, self.worker = self.worker, None
             if worker is not None:
                 with contextlib.suppress(WorkerError):
-                    await self._holder.kill_interpreter()
+                    await self.holder.kill_interpreter()
                 worker.close()
-            self._restart_note = True
+            self.restart_note = True
 
-    async def _stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
-        outcome: Outcome = "cancelled" if job.cancelled_explicitly else "timeout"
-        what = (
-            "the run was cancelled"
-            if outcome == "cancelled"
-            else f"the run exceeded its {job.limits.timeout:g} s time limit"
-        )
+    async def stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
+        outcome, what = stop_message(job)
         if self.closed:
             return job.stopped(outcome, "the session was closed while the code ran", evidence)
         if job.worker is None:
@@ -146,28 +104,125 @@ class Session:
             with anyio.move_on_after(_INTERRUPT_GRACE):
                 await worker.wait_readable()
             job.drain(worker)
-            await self._discard_interpreter()
+            await self.discard()
         job.restarted = True
         message = f"{what}; the interpreter was restarted: variables are lost, files are kept"
         return job.stopped(outcome, message, evidence)
 
+    async def close(self) -> None:
+        self.closed = True
+        # A run in progress is cancelled and its interpreter killed; the descriptors are
+        # released only after the run has ended, so no task ever waits on a closed one.
+        self.closing_event.set()
+        self.holder.kill()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_GRACE):
+            async with self.lock:
+                pass
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+        self.holder.close()
+
+
+class Session:
+    """One stateful interpreter; use ``run`` and the file methods, then ``close``.
+
+    Use as ``async with await engine.open_session() as session:``; leaving the block closes it.
+    """
+
+    def __init__(
+        self,
+        runs: Runs,
+        session_id: str,
+        holder: Holder,
+        limits: Limits,
+        *,
+        disk_bytes: int,
+        on_close: Callable[[str], None],
+    ) -> None:
+        self.id = session_id
+        self.limits = limits
+        self.created_at = time.time()
+        self.last_used = time.monotonic()
+        self._runs = runs
+        self._interpreter = _Interpreter(runs, session_id, holder)
+        self._data_fd = holder.open_data_dir()
+        self.files = SessionFiles(self._data_fd, OUTER_ID, OUTER_ID, disk_bytes)
+        self._on_close = on_close
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._interpreter.closed
+
+    @property
+    def busy(self) -> bool:
+        """A run holds or waits for the interpreter."""
+        return self._interpreter.lock.locked()
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+
+    async def run(
+        self,
+        code: str,
+        *,
+        limits: Limits | None = None,
+        on_event: RunEventSink | None = None,
+        on_output: OutputListener | None = None,
+        cancel: anyio.Event | None = None,
+    ) -> ExecutionResult:
+        """Run ``code`` in this session's interpreter; state persists between runs.
+
+        The result lists the files the run created or changed in the session's folder.
+
+        Raises:
+            SessionClosed: the session was closed or expired.
+            EngineClosed: the engine is not running.
+        """
+        self._interpreter.check_open()
+        self.touch()
+        try:
+            return await self._runs.run(
+                self._interpreter,
+                code,
+                inputs=(),
+                limits=limits or self.limits,
+                argv=None,
+                on_event=on_event,
+                on_output=on_output,
+                cancel=cancel,
+            )
+        finally:
+            self.touch()
+
     async def put_file(self, path: str, data: bytes | AsyncIterable[bytes]) -> FileInfo:
-        self._check_open()
+        self._interpreter.check_open()
         self.touch()
         return await self.files.put(path, data)
 
     async def get_file(self, path: str, max_bytes: int | None = None) -> bytes:
-        self._check_open()
+        self._interpreter.check_open()
         self.touch()
         return await self.files.get(path, max_bytes)
 
     async def list_files(self) -> list[FileEntry]:
-        self._check_open()
+        self._interpreter.check_open()
         self.touch()
         return await self.files.list()
 
     async def delete_file(self, path: str) -> None:
-        self._check_open()
+        self._interpreter.check_open()
         self.touch()
         await self.files.delete(path)
 
@@ -175,38 +230,44 @@ class Session:
         """Stop the interpreter and the holder; the session's files are deleted. Idempotent."""
         if self.closed:
             return
-        self.closed = True
-        # A run in progress is cancelled and its interpreter killed; the descriptors are
-        # released only after the run has ended, so no task ever waits on a closed one.
-        self._closing.set()
-        self._holder.kill()
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_GRACE):
-            async with self._lock:
-                pass
-        if self._worker is not None:
-            self._worker.close()
-            self._worker = None
-        self._holder.close()
+        await self._interpreter.close()
         with contextlib.suppress(OSError):
             os.close(self._data_fd)
-        self._engine.forget_session(self.id)
+        self._on_close(self.id)
 
 
 class SessionManager:
     """The engine's sessions by id, and their idle expiry."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(
+        self,
+        runs: Runs,
+        spawn_holder: Callable[[], Awaitable[Holder]],
+        *,
+        idle_timeout: float,
+        disk_bytes: int,
+    ) -> None:
+        self._runs = runs
+        self._spawn_holder = spawn_holder
+        self._idle_timeout = idle_timeout
+        self._disk_bytes = disk_bytes
         self._sessions: dict[str, Session] = {}
 
     async def open(self, *, session_id: str | None, limits: Limits) -> Session:
         session_id = session_id or secrets.token_urlsafe(16)
         if session_id in self._sessions:
             raise SessionExists(f"session {session_id} already exists")
-        holder = await self._engine.spawn_holder()
+        holder = await self._spawn_holder()
         try:
             await holder.wait_ready()
-            session = Session(self._engine, session_id, holder, limits)
+            session = Session(
+                self._runs,
+                session_id,
+                holder,
+                limits,
+                disk_bytes=self._disk_bytes,
+                on_close=self.forget,
+            )
         except BaseException:
             holder.close()
             raise
@@ -231,9 +292,9 @@ class SessionManager:
             await self.expire_idle()
 
     async def expire_idle(self) -> None:
-        cutoff = time.monotonic() - self._engine.session_idle_timeout
+        cutoff = time.monotonic() - self._idle_timeout
         for session in list(self._sessions.values()):
-            if session.last_used < cutoff and not session._lock.locked():
+            if session.last_used < cutoff and not session.busy:
                 await session.close()
 
     async def close_all(self) -> None:

@@ -24,8 +24,9 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from corral.sandbox import _isolate
-from corral.sandbox._cell import Display, execute_cell
+from corral.sandbox._cell import Display, execute_cell, no_input, prepare_script
 from corral.sandbox._protocol import encode_bytes, encode_json, read_frame_sync, write_frames_sync
+from corral.sandbox._workdir import Snapshot, changed_since, link_sources, snapshot
 
 __all__ = [
     "DISPLAY",
@@ -43,10 +44,6 @@ DISPLAY = Display()
 
 StaticLimits = dict[str, int]
 """work_bytes, pids, file_bytes, open_files: fixed when the worker is created."""
-
-
-def _no_input(prompt: object = "") -> str:
-    raise EOFError("input() is not available: corral runs code non-interactively")
 
 
 def _reseed() -> None:
@@ -85,12 +82,16 @@ def _inputs(items: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, Any]
             "text": text_path,
             "original": f"/inputs/{ident}.orig" if item.get("original") else None,
             "media_type": item.get("media_type", "text/plain"),
+            "name": item.get("name") or None,
         }
     return files, assets
 
 
 def _collect_files(
-    root: str, max_files: int, max_bytes: int
+    root: str,
+    max_files: int,
+    max_bytes: int,
+    keep: Callable[[str, os.stat_result], bool] | None = None,
 ) -> tuple[list[dict[str, Any]], list[bytes], int]:
     found: list[tuple[str, str]] = []
     device = os.stat(root).st_dev
@@ -101,8 +102,10 @@ def _collect_files(
         )
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
-            if stat.S_ISREG(os.lstat(full).st_mode):
-                found.append((os.path.relpath(full, root), full))
+            st = os.lstat(full)
+            rel = os.path.relpath(full, root)
+            if stat.S_ISREG(st.st_mode) and (keep is None or keep(rel, st)):
+                found.append((rel, full))
     infos: list[dict[str, Any]] = []
     contents: list[bytes] = []
     budget = max_bytes
@@ -131,14 +134,19 @@ def _usage() -> dict[str, float]:
     return {"cpu_ms": cpu * 1000.0, "peak_rss_kb": max(own.ru_maxrss, kids.ru_maxrss)}
 
 
-def _report(request: dict[str, Any], output: Any, cwd: str, session: bool) -> list[bytes]:
+def _report(
+    request: dict[str, Any], output: Any, cwd: str, session: bool, before: Snapshot | None = None
+) -> list[bytes]:
     limits = request["limits"]
     files: list[dict[str, Any]] = []
     contents: list[bytes] = []
     files_omitted = 0
-    if not session:
+    if not session or before is not None:
         files, contents, files_omitted = _collect_files(
-            cwd, int(limits["max_files"]), int(limits["max_file_bytes"])
+            cwd,
+            int(limits["max_files"]),
+            int(limits["max_file_bytes"]),
+            None if before is None else changed_since(before),
         )
     done = {
         "t": "done",
@@ -148,6 +156,7 @@ def _report(request: dict[str, Any], output: Any, cwd: str, session: bool) -> li
         "display_omitted": DISPLAY.omitted,
         "files": files,
         "files_omitted": files_omitted,
+        "exit_code": output.exit_code,
         "usage": _usage(),
     }
     return [encode_json(done), *(encode_bytes(c) for c in contents)]
@@ -174,12 +183,16 @@ def _serve_one(request: dict[str, Any], namespace: dict[str, Any], cwd: str, ses
         session=session,
     )
     os.chdir(cwd)
-    namespace["input_files"], namespace["input_assets"] = _inputs(request.get("inputs", []))
+    items = request.get("inputs", [])
+    namespace["input_files"], namespace["input_assets"] = _inputs(items)
+    link_sources(items, cwd)
+    filename = prepare_script(namespace, request.get("argv"), cwd)
+    before = snapshot(cwd) if session else None
     DISPLAY.reset(int(limits["max_display"]), int(limits["display_bytes"]))
     write_frames_sync(PROTOCOL_FD, encode_json({"t": "started"}))
-    output = execute_cell(str(request["code"]), namespace, DISPLAY, _on_error)
+    output = execute_cell(str(request["code"]), namespace, DISPLAY, _on_error, filename)
     _flush()
-    write_frames_sync(PROTOCOL_FD, *_report(request, output, cwd, session))
+    write_frames_sync(PROTOCOL_FD, *_report(request, output, cwd, session, before))
 
 
 def warm_up_zygote() -> None:
@@ -222,7 +235,7 @@ def serve(
     """Prepare a fresh interpreter, lock it down, and answer requests on the protocol fd."""
     _reseed()
     _rebind_stdio()
-    builtins.input = _no_input
+    builtins.input = no_input
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     namespace = main.__dict__

@@ -1,0 +1,83 @@
+"""The working folder as code sees it: sources under their own names, and what a run changed.
+
+Runs inside the sandbox, beside the runner. Sources are symbolic links into the read-only
+``/inputs`` bind, so writing through one fails with ``EROFS`` and the file report (regular
+files only) never lists them. A session's report lists what the run created or changed: the
+folder is listed before the code runs and compared after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Snapshot", "changed_since", "link_sources", "snapshot"]
+
+_SNAPSHOT_ENTRIES = 100_000
+"""Files remembered before a session run; past this, unseen files count as changed."""
+
+Snapshot = dict[str, tuple[int, int, int, int]]
+"""Relative path to (inode, size, mtime ns, ctime ns) of each regular file."""
+
+
+def _plain_name(name: object) -> bool:
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\x00" not in name
+    )
+
+
+def link_sources(items: list[dict[str, Any]], cwd: str) -> None:
+    """Show each named input under its base name in ``cwd``; the first of a name wins."""
+    for item in items:
+        name = item.get("name")
+        if not _plain_name(name):
+            continue
+        ident = str(item["id"])
+        target = f"/inputs/{ident}.orig" if item.get("original") else f"/inputs/{ident}.txt"
+        with contextlib.suppress(OSError):
+            os.symlink(target, os.path.join(cwd, str(name)))
+
+
+def _key(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def snapshot(root: str) -> Snapshot:
+    """Every regular file under ``root`` on its file system, without recursion, one
+    directory descriptor at a time, at most ``_SNAPSHOT_ENTRIES`` of them."""
+    seen: Snapshot = {}
+    device = os.stat(root).st_dev
+    pending = [""]
+    while pending and len(seen) < _SNAPSHOT_ENTRIES:
+        rel = pending.pop()
+        try:
+            with os.scandir(os.path.join(root, rel) if rel else root) as entries:
+                listed = list(entries)
+        except OSError:
+            continue
+        for entry in listed:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            path = f"{rel}/{entry.name}" if rel else entry.name
+            if stat.S_ISDIR(st.st_mode) and st.st_dev == device:
+                pending.append(path)
+            elif stat.S_ISREG(st.st_mode):
+                seen[path] = _key(st)
+    return seen
+
+
+def changed_since(before: Snapshot) -> Callable[[str, os.stat_result], bool]:
+    """A filter for the file report: files absent from ``before`` or different since."""
+
+    def changed(rel: str, st: os.stat_result) -> bool:
+        return before.get(rel) != _key(st)
+
+    return changed
