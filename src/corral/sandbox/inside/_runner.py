@@ -23,10 +23,10 @@ import types
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from corral.sandbox import _isolate
-from corral.sandbox._cell import Display, execute_cell, no_input, prepare_script
 from corral.sandbox._protocol import encode_bytes, encode_json, read_frame_sync, write_frames_sync
-from corral.sandbox._workdir import Snapshot, changed_since, link_sources, snapshot
+from corral.sandbox.inside import _isolate
+from corral.sandbox.inside._cell import Display, execute_cell, no_input, prepare_script
+from corral.sandbox.inside._workdir import Snapshot, changed_since, link_sources, snapshot
 
 __all__ = [
     "DISPLAY",
