@@ -99,3 +99,36 @@ def test_doctor_json_reports_the_features() -> None:
     names = {feature["name"] for feature in report["features"]}
     assert {"namespaces", "seccomp", "libseccomp", "pidfd"} <= names
     assert "ptrace" in report["seccomp_denied"]
+
+
+def test_a_script_gets_its_arguments_and_its_file(tmp_path: Path) -> None:
+    script = tmp_path / "report.py"
+    script.write_text("import os, sys\nprint(sys.argv)\nprint(os.path.basename(__file__))\n")
+    done = corral("run", str(script), "--year", "2024", "extra")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"[{str(script)!r}, '--year', '2024', 'extra']",
+        "report.py",
+    ]
+    inline = corral("run", "-c", "import sys; print(sys.argv)", "a", "b")
+    assert inline.stdout == "['-c', 'a', 'b']\n"
+    piped = corral("run", "-", "x", stdin="import sys; print(sys.argv)")
+    assert piped.stdout == "['-', 'x']\n"
+
+
+def test_sys_exit_behaves_as_in_a_script() -> None:
+    zero = corral("run", "-c", "import sys\nprint('bye')\nsys.exit(0)")
+    assert (zero.returncode, zero.stdout, zero.stderr) == (0, "bye\n", "")
+    three = corral("run", "--json", "-c", "import sys; sys.exit(3)")
+    result = json.loads(three.stdout)
+    assert three.returncode == 1  # python_error (design.md §3); the status is in the result
+    assert (result["outcome"], result["exit_code"], result["stderr"]) == ("python_error", 3, "")
+
+
+def test_input_fails_in_one_clear_line() -> None:
+    done = corral("run", "-c", "name = input('name? ')")
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "EOFError: input() is not available: the program has no stdin"
+    )
+    assert "corral" not in done.stderr

@@ -34,6 +34,10 @@ def validate_request(
         return f"{len(inputs)} inputs; at most {limits.max_sources} may be mounted"
     if len({i.id for i in inputs}) != len(inputs):
         return "input ids must be unique"
+    named = [i.name for i in inputs if i.name]
+    if len(set(named)) != len(named):
+        twice = next(n for n in named if named.count(n) > 1)
+        return f"two inputs are named {twice!r}"
     if argv is not None:
         if not all(isinstance(a, str) for a in argv):
             return "argv must be a list of strings"
