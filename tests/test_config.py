@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from corral._config import ApiKey, Config
+from corral._limits import DEFAULT_LIMITS
 from corral.errors import ConfigError
+from corral.tools import DEFAULT_CODE_INTERPRETER_CONFIG
 
 TOML = """
 [server]
@@ -172,3 +174,12 @@ def test_every_field_has_a_docstring_and_a_source() -> None:
         assert f"    {field.name}: " in source
         if field.name != "raw_toml":
             assert field.name in _config._FIELDS
+
+
+def test_one_default_timeout_everywhere() -> None:
+    """Seed 002's timeoutMs 30000: the server, the CLI (both Config), the Python API and the
+    tools (so MCP) agree."""
+    assert DEFAULT_LIMITS.timeout == 30.0
+    assert Config().timeout == DEFAULT_LIMITS.timeout
+    assert Config().limits() == DEFAULT_LIMITS
+    assert DEFAULT_CODE_INTERPRETER_CONFIG.timeout_ms / 1000 == DEFAULT_LIMITS.timeout

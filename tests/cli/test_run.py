@@ -56,6 +56,7 @@ def test_json_is_the_full_result() -> None:
     assert (result["status"], result["outcome"], result["stdout"]) == ("SUCCESS", "ok", "hi\n")
     assert result["result"] == {"text/plain": "42"}
     assert set(result) >= {"display", "files", "omitted", "error", "elapsed_ms", "evidence"}
+    assert result["evidence"]["limits"]["timeout"] == 30  # the one default (Limits.timeout)
 
 
 def test_code_from_a_file_and_from_stdin(tmp_path: Path) -> None:
