@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from corral._limits import Limits
 from corral.engine import Engine, Input
+from corral.sandbox.inside import _workdir
+from corral.sandbox.inside._workdir import changed_since, snapshot
 
 pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
 
@@ -51,3 +55,28 @@ def test_input_names_are_plain_file_names() -> None:
         with pytest.raises(ValueError, match="plain file name"):
             Input(id="bad", text=b"", name=bad)
     assert Input(id="ok", text=b"", name="résumé 2024.csv").name == "résumé 2024.csv"
+
+
+def test_snapshot_walks_deep_trees_without_recursion_and_spots_changes(tmp_path: Path) -> None:
+    deep = tmp_path
+    for _ in range(1200):  # deeper than the recursion limit; mkdir(parents=True) recurses
+        deep = deep / "d"
+        deep.mkdir()
+    (deep / "leaf.txt").write_text("a")
+    (tmp_path / "top.txt").write_text("b")
+    before = snapshot(str(tmp_path))
+    assert len(before) == 2
+    changed = changed_since(before)
+    top = tmp_path / "top.txt"
+    assert not changed("top.txt", top.lstat())
+    top.write_text("bb")
+    assert changed("top.txt", top.lstat())
+    (tmp_path / "new.txt").write_text("c")
+    assert changed("new.txt", (tmp_path / "new.txt").lstat())
+
+
+def test_snapshot_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_workdir, "_SNAPSHOT_ENTRIES", 10)
+    for index in range(30):
+        (tmp_path / f"f{index}").write_text("x")
+    assert len(snapshot(str(tmp_path))) == 10

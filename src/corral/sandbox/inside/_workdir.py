@@ -9,6 +9,7 @@ folder is listed before the code runs and compared after.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import stat
 from collections.abc import Callable
@@ -17,7 +18,8 @@ from typing import Any
 __all__ = ["Snapshot", "changed_since", "link_sources", "snapshot"]
 
 _SNAPSHOT_ENTRIES = 100_000
-"""Files remembered before a session run; past this, unseen files count as changed."""
+"""Entries (files and folders) listed before a session run; past this, the files not seen
+count as changed, so a huge folder costs the run a bounded walk, never the server."""
 
 Snapshot = dict[str, tuple[int, int, int, int]]
 """Relative path to (inode, size, mtime ns, ctime ns) of each regular file."""
@@ -49,18 +51,20 @@ def _key(st: os.stat_result) -> tuple[int, int, int, int]:
 
 
 def snapshot(root: str) -> Snapshot:
-    """Every regular file under ``root`` on its file system, without recursion, one
-    directory descriptor at a time, at most ``_SNAPSHOT_ENTRIES`` of them."""
+    """The regular files under ``root`` on its file system: no recursion, one directory
+    descriptor at a time, at most ``_SNAPSHOT_ENTRIES`` entries looked at."""
     seen: Snapshot = {}
     device = os.stat(root).st_dev
     pending = [""]
-    while pending and len(seen) < _SNAPSHOT_ENTRIES:
+    budget = _SNAPSHOT_ENTRIES
+    while pending and budget > 0:
         rel = pending.pop()
         try:
             with os.scandir(os.path.join(root, rel) if rel else root) as entries:
-                listed = list(entries)
+                listed = list(itertools.islice(entries, budget))
         except OSError:
             continue
+        budget -= len(listed)
         for entry in listed:
             try:
                 st = entry.stat(follow_symlinks=False)
