@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from corral._limits import Limits
-from corral.engine import Engine, RunEvent, Session
+from corral.engine import Engine, ExecutionResult, RunEvent, Session
 from corral.errors import (
     FileNotReturned,
     FileTooLarge,
@@ -216,3 +216,32 @@ async def test_a_caller_abandoning_a_run_leaves_the_session_usable(session: Sess
         after = await session.run("print(open('kept.txt').read())\n'x' in globals()")
     assert (after.outcome, after.stdout, after.text) == ("ok", "k\n", "False")
     assert after.restarted is True
+
+
+async def test_a_run_queued_behind_a_timed_out_one_gets_a_fresh_interpreter(
+    session: Session,
+) -> None:
+    await session.run("x = 1")
+    results: dict[str, ExecutionResult] = {}
+    executing = anyio.Event()
+
+    def on_event(event: RunEvent) -> None:
+        if event.phase == "executing":
+            executing.set()
+
+    async def slow() -> None:
+        code = "import time\ntry:\n    time.sleep(60)\nfinally:\n    time.sleep(0.3)"
+        results["slow"] = await session.run(code, limits=Limits(timeout=1), on_event=on_event)
+
+    async def queued() -> None:
+        with anyio.fail_after(10):
+            await executing.wait()
+        results["queued"] = await session.run("'x' in globals()")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(slow)
+        tg.start_soon(queued)
+    assert (results["slow"].outcome, results["slow"].restarted) == ("timeout", True)
+    queued_result = results["queued"]
+    assert (queued_result.outcome, queued_result.text) == ("ok", "False"), queued_result.stderr
+    assert queued_result.restarted is True

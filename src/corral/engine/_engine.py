@@ -349,8 +349,8 @@ class _FreshWorker:
             job.drain(worker)
             worker.close()
 
-    async def stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
-        return job.stopped(*stop_message(job), evidence)
-
-    async def abandoned(self, job: Job) -> None:
+    async def interrupted(self, job: Job) -> None:
         """Nothing to do: ``execute`` closes its worker however it ends."""
+
+    def stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
+        return job.stopped(*stop_message(job), evidence)

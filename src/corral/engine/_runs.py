@@ -53,11 +53,12 @@ class Target(Protocol):
     ) -> ExecutionResult:
         """Run the code, holding a slot; infrastructure failures become results."""
 
-    async def stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
-        """The result of a run stopped by its deadline or an explicit cancel."""
+    async def interrupted(self, job: Job) -> None:
+        """The run ends without a result (deadline, cancel, its caller gone) while the target
+        is still held: leave the target fit for the next run."""
 
-    async def abandoned(self, job: Job) -> None:
-        """The caller's own scope was cancelled mid-run: leave the target usable."""
+    def stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
+        """The result of a run its own deadline or an explicit cancel stopped."""
 
 
 class Runs:
@@ -122,18 +123,24 @@ class Runs:
             with anyio.CancelScope(deadline=deadline) as scope:
                 async with watch_cancel(cancel, scope, job, target.closing()):
                     try:
-                        async with target.serial(), self.scheduler.slot(on_queued=job.queued):
-                            job.admitted()
-                            result = await target.execute(job, code, inputs, evidence)
+                        async with target.serial():
+                            try:
+                                async with self.scheduler.slot(on_queued=job.queued):
+                                    job.admitted()
+                                    result = await target.execute(job, code, inputs, evidence)
+                            finally:
+                                if result is None:
+                                    # Still holding the target: no other run may meet it
+                                    # half-way through this one.
+                                    with anyio.CancelScope(shield=True):
+                                        await target.interrupted(job)
                     except Busy as exc:
                         result = self._refuse("busy", str(exc), evidence, started)
         except anyio.get_cancelled_exc_class():
             self.outcomes["cancelled"] += 1  # the caller's own scope: it gets no result
-            with anyio.CancelScope(shield=True):
-                await target.abandoned(job)
             raise
         if result is None:
-            result = await target.stopped(job, evidence)
+            result = target.stopped(job, evidence)
         self.outcomes[result.outcome] += 1
         job.finished(result)
         return result

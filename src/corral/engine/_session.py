@@ -75,12 +75,18 @@ class _Interpreter:
             result = dataclasses.replace(result, restarted=True)
         return result
 
-    async def abandoned(self, job: Job) -> None:
-        # The interpreter may still be running the abandoned code: the next run must not
-        # find it mid-request, so it goes (files stay).
-        if job.worker is not None and not self.closed:
-            job.drain(job.worker)
-            await self.discard()
+    async def interrupted(self, job: Job) -> None:
+        # Deadline, cancel or a caller gone mid-run: the code may still be running. Interrupt
+        # it so its finally blocks run, then replace the interpreter (files stay).
+        worker = job.worker
+        if worker is None or self.closed:
+            return
+        worker.interrupt()
+        with anyio.move_on_after(_INTERRUPT_GRACE):
+            await worker.wait_readable()
+        job.drain(worker)
+        await self.discard()
+        job.restarted = True
 
     async def discard(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -91,22 +97,14 @@ class _Interpreter:
                 worker.close()
             self.restart_note = True
 
-    async def stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
+    def stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
         outcome, what = stop_message(job)
         if self.closed:
             return job.stopped(outcome, "the session was closed while the code ran", evidence)
         if job.worker is None:
             message = f"{what} before the code started; the session is unchanged"
-            return job.stopped(outcome, message, evidence)
-        worker = job.worker
-        with anyio.CancelScope(shield=True):
-            worker.interrupt()
-            with anyio.move_on_after(_INTERRUPT_GRACE):
-                await worker.wait_readable()
-            job.drain(worker)
-            await self.discard()
-        job.restarted = True
-        message = f"{what}; the interpreter was restarted: variables are lost, files are kept"
+        else:
+            message = f"{what}; the interpreter was restarted: variables are lost, files are kept"
         return job.stopped(outcome, message, evidence)
 
     async def close(self) -> None:
