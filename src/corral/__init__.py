@@ -19,6 +19,7 @@ _EXPORTS: dict[str, str] = {
     "Input": "corral.engine",
     "Limits": "corral._limits",
     "OutputEvent": "corral.engine",
+    "OutputListener": "corral.engine",
     "RunEvent": "corral.engine",
     "Session": "corral.engine",
 }
@@ -30,6 +31,7 @@ __all__ = [
     "Input",
     "Limits",
     "OutputEvent",
+    "OutputListener",
     "RunEvent",
     "Session",
     "__version__",
@@ -38,7 +40,14 @@ __all__ = [
 if TYPE_CHECKING:
     from corral._api import Engine
     from corral._limits import DEFAULT_LIMITS, Limits
-    from corral.engine import ExecutionResult, Input, OutputEvent, RunEvent, Session
+    from corral.engine import (
+        ExecutionResult,
+        Input,
+        OutputEvent,
+        OutputListener,
+        RunEvent,
+        Session,
+    )
 
 
 def __getattr__(name: str) -> Any:

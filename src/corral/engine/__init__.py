@@ -7,7 +7,7 @@ its ExecutionResults.
 
 from corral._public import publish as _publish
 from corral.engine._engine import Engine, EngineStatistics, SourceItem
-from corral.engine._inputs import Input, OutputEvent, OutputListener, RunEvent, RunEventSink
+from corral.engine._inputs import Input, RunEvent, RunEventSink
 from corral.engine._result import (
     ErrorInfo,
     Evidence,
@@ -18,6 +18,7 @@ from corral.engine._result import (
     Outcome,
 )
 from corral.engine._session import Session
+from corral.engine._stream import OutputEvent, OutputListener
 
 __all__ = [
     "Engine",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -15,12 +15,13 @@ import anyio.to_thread
 
 import corral
 from corral._limits import DEFAULT_LIMITS, Limits
-from corral.engine._inputs import Input, OutputListener, RunEventSink
+from corral.engine._inputs import Input, RunEventSink
 from corral.engine._job import Job
 from corral.engine._result import Evidence, ExecutionResult
 from corral.engine._runs import Runs, stop_message
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
 from corral.engine._session import Session, SessionManager
+from corral.engine._stream import OutputEvent, OutputListener, iterate
 from corral.engine._supply import WorkerSupply, stdlib_only
 from corral.errors import EngineClosed, WorkerError, ZygoteUnavailable
 from corral.sandbox import DEFAULT_PRELOAD, Holder, WarmPool, Zygote
@@ -125,6 +126,7 @@ class Engine:
             idle_timeout=self.session_idle_timeout,
             disk_bytes=self.session_disk_bytes,
         )
+        self._runs.task_group = self._tg
         self._runs.open = True
         self._tg.start_soon(self._supervise)
         self._tg.start_soon(self._sessions.expire_loop)
@@ -228,7 +230,8 @@ class Engine:
             argv: ``sys.argv`` for the code (``[FILE, *args]``, which also sets ``__file__``);
                 ``["-c"]`` when None.
             on_event: receives metadata-only lifecycle events.
-            on_output: receives output while the run executes.
+            on_output: receives stdout and stderr chunks and display bundles as they come,
+                within the run's ceilings; the result is the same with or without it.
             cancel: set it to stop the run; the result then has outcome ``cancelled``.
 
         Raises:
@@ -250,6 +253,41 @@ class Engine:
             on_output=on_output,
             cancel=cancel,
         )
+
+    def stream(
+        self,
+        code: str,
+        *,
+        inputs: Sequence[Input] = (),
+        sources: Sequence[SourceItem] = (),
+        limits: Limits | None = None,
+        argv: Sequence[str] | None = None,
+        on_event: RunEventSink | None = None,
+        cancel: anyio.Event | None = None,
+    ) -> AsyncGenerator[OutputEvent | ExecutionResult, None]:
+        """Run ``code`` as ``run`` does; yield its OutputEvents, then its ExecutionResult.
+
+        Leaving the loop early cancels the run.
+
+        Raises:
+            EngineClosed: the engine is not running, or stopped during the run.
+        """
+
+        def start(listener: OutputListener, stop: anyio.Event) -> Awaitable[ExecutionResult]:
+            return self.run(
+                code, inputs=inputs, sources=sources, limits=limits, argv=argv,
+                on_event=on_event, cancel=stop, on_output=listener,
+            )  # fmt: skip
+
+        return iterate(self.background(), start, cancel)
+
+    def background(self) -> anyio.abc.TaskGroup:
+        """The engine's task group, for work that outlives one call (streamed runs).
+
+        Raises:
+            EngineClosed: the engine is not running.
+        """
+        return self._runs.background()
 
     def _ingest(self, sources: Sequence[SourceItem]) -> list[Input]:
         """Inputs for ``run(sources=...)``; ``corral.Engine`` overrides this with ingestion."""

@@ -1,14 +1,13 @@
-"""What a run may mount under ``/inputs``, the metadata-only events it reports and the
-output it streams."""
+"""What a run may mount under ``/inputs`` and the metadata-only events it reports."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-__all__ = ["Input", "OutputEvent", "OutputListener", "RunEvent", "RunEventSink"]
+__all__ = ["Input", "RunEvent", "RunEventSink"]
 
 _NAME_BYTES = 255  # a base name longer than this cannot be created on Linux
 
@@ -74,17 +73,3 @@ class RunEvent:
 
 
 RunEventSink = Callable[[RunEvent], None]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OutputEvent:
-    """A piece of a run's output, delivered while the run executes."""
-
-    kind: Literal["stdout", "stderr", "display"]
-    text: str = ""
-    """A stdout or stderr chunk, already within the ceilings."""
-    data: Mapping[str, Any] | None = None
-    """For ``display``: one MIME bundle, ``{"image/png": "<base64>", ...}``."""
-
-
-OutputListener = Callable[[OutputEvent], None]

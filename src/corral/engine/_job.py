@@ -11,9 +11,10 @@ from typing import Any
 import anyio
 
 from corral._limits import Limits
-from corral.engine._inputs import Input, OutputListener, RunEvent, RunEventSink
+from corral.engine._inputs import Input, RunEvent, RunEventSink
 from corral.engine._outcome import Capture, build_result
 from corral.engine._result import Evidence, ExecutionResult, Outcome
+from corral.engine._stream import OutputListener, OutputTap
 from corral.sandbox import Worker
 
 __all__ = ["Job", "cancel_on", "request_for", "validate_request", "watch_cancel"]
@@ -127,16 +128,14 @@ class Job:
         started: float,
         limits: Limits,
         on_event: RunEventSink | None,
-        *,
         on_output: OutputListener | None = None,
+        *,
         argv: Sequence[str] | None = None,
     ) -> None:
         self.started = started
         self.limits = limits
-        self.capture = Capture(limits)
+        self.capture = Capture(limits, None if on_output is None else OutputTap(on_output, limits))
         self._on_event = on_event
-        self.on_output = on_output
-        """Told each piece of output while the run executes (streaming)."""
         self.argv = argv
         self.admitted_at: float | None = None
         self.cancelled_explicitly = False

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import partial
 from typing import Any, Literal
 
 from corral._limits import Limits
 from corral.engine._fit import StreamFitter, fit_channels
 from corral.engine._result import ErrorInfo, ExecutionResult, FileInfo, MimeBundle, Omitted, Outcome
+from corral.engine._stream import OutputTap
 from corral.errors import WorkerProtocolError
 
 __all__ = ["Capture", "build_result"]
@@ -20,9 +22,14 @@ _EXIT_CODE_BOUND = 1 << 31  # sys.exit codes beyond a C int are not exit codes
 class Capture:
     """The bounded stdout and stderr of one run, filled while it runs."""
 
-    def __init__(self, limits: Limits) -> None:
-        self.stdout = StreamFitter(limits.output_chars)
-        self.stderr = StreamFitter(limits.output_chars)
+    def __init__(self, limits: Limits, tap: OutputTap | None = None) -> None:
+        self.tap = tap
+        if tap is None:
+            self.stdout = StreamFitter(limits.output_chars)
+            self.stderr = StreamFitter(limits.output_chars)
+        else:
+            self.stdout = StreamFitter(limits.output_chars, partial(tap.text, "stdout"))
+            self.stderr = StreamFitter(limits.output_chars, partial(tap.text, "stderr"))
 
 
 def _str_dict(value: Any, what: str) -> dict[str, Any]:

@@ -17,13 +17,15 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import anyio
+import anyio.abc
 
 from corral._limits import Limits
-from corral.engine._inputs import Input, OutputListener, RunEventSink
+from corral.engine._inputs import Input, RunEventSink
 from corral.engine._job import Job, request_for, validate_request, watch_cancel
 from corral.engine._outcome import build_result
 from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outcome
 from corral.engine._scheduler import Scheduler
+from corral.engine._stream import OutputListener
 from corral.errors import Busy, EngineClosed, WorkerError
 from corral.sandbox import OUTER_ID, Worker, WorkerReport
 
@@ -69,10 +71,18 @@ class Runs:
         self.runtime = ""
         self.open = False
         self.outcomes: Counter[str] = Counter()
+        self.task_group: anyio.abc.TaskGroup | None = None
+        """The engine's, for work that outlives one call (streamed runs)."""
 
     def check_open(self) -> None:
         if not self.open:
             raise EngineClosed("the engine is not running (use `async with Engine()`)")
+
+    def background(self) -> anyio.abc.TaskGroup:
+        """Raises: EngineClosed."""
+        self.check_open()
+        assert self.task_group is not None
+        return self.task_group
 
     def evidence(self, code: str, inputs: Sequence[Input], limits: Limits) -> Evidence:
         return Evidence(
@@ -116,7 +126,7 @@ class Runs:
         if problem:
             self.outcomes["invalid_input"] += 1
             return self._refuse("invalid_input", problem, evidence, started)
-        job = Job(started, limits, on_event, on_output=on_output, argv=argv)
+        job = Job(started, limits, on_event, on_output, argv=argv)
         deadline = anyio.current_time() + limits.timeout
         result: ExecutionResult | None = None
         try:
@@ -172,7 +182,7 @@ class Runs:
             logger.warning("worker %s failed: %s", worker.pid, exc)
             return job.stopped("worker_error", f"the worker failed: {exc}", evidence)
         try:
-            return build_result(
+            result = build_result(
                 "ok",
                 job.capture,
                 job.limits,
@@ -183,3 +193,7 @@ class Runs:
             )
         except WorkerError as exc:
             return job.stopped("worker_error", f"the worker sent a bad report: {exc}", evidence)
+        if job.capture.tap is not None:
+            for bundle in result.display:
+                job.capture.tap.display(bundle)
+        return result

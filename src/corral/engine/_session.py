@@ -14,7 +14,14 @@ import dataclasses
 import os
 import secrets
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Sequence,
+)
 from types import TracebackType
 
 import anyio
@@ -22,10 +29,11 @@ import anyio
 from corral._fs import FileEntry
 from corral._limits import Limits
 from corral.engine._files import SessionFiles
-from corral.engine._inputs import Input, OutputListener, RunEventSink
+from corral.engine._inputs import Input, RunEventSink
 from corral.engine._job import Job
 from corral.engine._result import Evidence, ExecutionResult, FileInfo
 from corral.engine._runs import Runs, stop_message
+from corral.engine._stream import OutputEvent, OutputListener, iterate
 from corral.errors import SessionClosed, SessionExists, SessionNotFound, WorkerError
 from corral.sandbox import OUTER_ID, Holder, Worker
 
@@ -183,6 +191,7 @@ class Session:
         """Run ``code`` in this session's interpreter; state persists between runs.
 
         The result lists the files the run created or changed in the session's folder.
+        ``on_output`` receives output while the code runs, as for ``Engine.run``.
 
         Raises:
             SessionClosed: the session was closed or expired.
@@ -203,6 +212,29 @@ class Session:
             )
         finally:
             self.touch()
+
+    def stream(
+        self,
+        code: str,
+        *,
+        limits: Limits | None = None,
+        on_event: RunEventSink | None = None,
+        cancel: anyio.Event | None = None,
+    ) -> AsyncGenerator[OutputEvent | ExecutionResult, None]:
+        """Run ``code`` as ``run`` does; yield its OutputEvents, then its ExecutionResult.
+
+        Leaving the loop early cancels the run (which restarts the interpreter).
+
+        Raises:
+            SessionClosed: the session was closed or expired.
+            EngineClosed: the engine is not running, or stopped during the run.
+        """
+        self._interpreter.check_open()
+
+        def start(listener: OutputListener, stop: anyio.Event) -> Awaitable[ExecutionResult]:
+            return self.run(code, limits=limits, on_event=on_event, cancel=stop, on_output=listener)
+
+        return iterate(self._runs.background(), start, cancel)
 
     async def put_file(self, path: str, data: bytes | AsyncIterable[bytes]) -> FileInfo:
         self._interpreter.check_open()
