@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 from corral.sandbox._protocol import encode_bytes, encode_json, read_frame_sync, write_frames_sync
 from corral.sandbox.inside import _isolate
 from corral.sandbox.inside._cell import Display, execute_cell, no_input, prepare_script
-from corral.sandbox.inside._workdir import Snapshot, changed_since, link_sources, snapshot
+from corral.sandbox.inside._workdir import Snapshot, changed_paths, link_sources, snapshot
 
 __all__ = [
     "DISPLAY",
@@ -91,27 +91,29 @@ def _collect_files(
     root: str,
     max_files: int,
     max_bytes: int,
-    keep: Callable[[str, os.stat_result], bool] | None = None,
+    only: list[str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[bytes], int]:
-    found: list[tuple[str, str]] = []
+    found: list[tuple[str, str]] = [(rel, os.path.join(root, rel)) for rel in only or ()]
     device = os.stat(root).st_dev
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+    walk = os.walk(root, followlinks=False) if only is None else ()
+    for dirpath, dirnames, filenames in walk:
         # Runtime binds (a checkout under /work, say) are other file systems: not user files.
         dirnames[:] = sorted(
             d for d in dirnames if os.lstat(os.path.join(dirpath, d)).st_dev == device
         )
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
-            st = os.lstat(full)
-            rel = os.path.relpath(full, root)
-            if stat.S_ISREG(st.st_mode) and (keep is None or keep(rel, st)):
-                found.append((rel, full))
+            if stat.S_ISREG(os.lstat(full).st_mode):
+                found.append((os.path.relpath(full, root), full))
     infos: list[dict[str, Any]] = []
     contents: list[bytes] = []
     budget = max_bytes
     for rel, full in found[:max_files]:
-        with open(full, "rb") as handle:
-            data = handle.read()
+        try:
+            with open(full, "rb") as handle:
+                data = handle.read()
+        except OSError:  # a process the code left running removed it meanwhile
+            continue
         include = len(data) <= budget
         if include:
             budget -= len(data)
@@ -146,7 +148,7 @@ def _report(
             cwd,
             int(limits["max_files"]),
             int(limits["max_file_bytes"]),
-            None if before is None else changed_since(before),
+            None if before is None else changed_paths(before, snapshot(cwd)),
         )
     done = {
         "t": "done",

@@ -12,10 +12,9 @@ import contextlib
 import itertools
 import os
 import stat
-from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Snapshot", "changed_since", "link_sources", "snapshot"]
+__all__ = ["Snapshot", "changed_paths", "link_sources", "snapshot"]
 
 _SNAPSHOT_ENTRIES = 100_000
 """Entries (files and folders) listed before a session run; past this, the files not seen
@@ -78,10 +77,6 @@ def snapshot(root: str) -> Snapshot:
     return seen
 
 
-def changed_since(before: Snapshot) -> Callable[[str, os.stat_result], bool]:
-    """A filter for the file report: files absent from ``before`` or different since."""
-
-    def changed(rel: str, st: os.stat_result) -> bool:
-        return before.get(rel) != _key(st)
-
-    return changed
+def changed_paths(before: Snapshot, after: Snapshot) -> list[str]:
+    """The files of ``after`` absent from ``before`` or different since, sorted."""
+    return sorted(rel for rel, key in after.items() if before.get(rel) != key)
