@@ -133,3 +133,11 @@ def test_input_fails_in_one_clear_line() -> None:
         "EOFError: input() is not available: the program has no stdin"
     )
     assert "corral" not in done.stderr
+
+
+def test_a_source_is_readable_under_its_own_name(tmp_path: Path) -> None:
+    scores = tmp_path / "scores.csv"
+    scores.write_text("name,score\nada,3\nbob,4\n")
+    code = "import pandas as pd\nprint(pd.read_csv('scores.csv').score.sum())"
+    done = corral("run", "--source", str(scores), "-c", code)
+    assert (done.returncode, done.stdout) == (0, "7\n"), done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -44,7 +45,7 @@ def _inputs(paths: list[str]) -> tuple[list[Input], dict[str, str]]:
     for name in paths:
         path = Path(name)
         source = registry.add_attachment(path.read_bytes(), path.name)
-        inputs.append(registry.to_input(source))
+        inputs.append(dataclasses.replace(registry.to_input(source), name=path.name))
         names[source.id] = path.name
     return inputs, names
 
