@@ -279,9 +279,9 @@ class Engine:
                 on_event=on_event, cancel=stop, on_output=listener,
             )  # fmt: skip
 
-        return iterate(self.background(), start, cancel)
+        return iterate(self._background(), start, cancel)
 
-    def background(self) -> anyio.abc.TaskGroup:
+    def _background(self) -> anyio.abc.TaskGroup:
         """The engine's task group, for work that outlives one call (streamed runs).
 
         Raises:

@@ -170,12 +170,12 @@ class Runs:
                 if item.original is not None:
                     files.append((f"{item.id}.orig", item.original))
             try:
-                worker.write_inputs(files, uid=OUTER_ID, gid=OUTER_ID)
+                await worker.write_inputs(files, uid=OUTER_ID, gid=OUTER_ID)
             except OSError as exc:
                 return job.stopped("invalid_input", f"the inputs do not fit: {exc}", evidence)
         try:
             report: WorkerReport = await worker.execute(
-                request, job.capture.stdout, job.capture.stderr, job.executing
+                request, job.capture.stdout, job.capture.stderr, job.executing, job.displayed
             )
         except WorkerError as exc:
             job.drain(worker)
@@ -186,14 +186,10 @@ class Runs:
                 "ok",
                 job.capture,
                 job.limits,
-                report=report.done,
-                contents=report.contents,
+                report=report,
                 evidence=evidence,
                 **job.timing(),
             )
         except WorkerError as exc:
             return job.stopped("worker_error", f"the worker sent a bad report: {exc}", evidence)
-        if job.capture.tap is not None:
-            for bundle in result.display:
-                job.capture.tap.display(bundle)
         return result

@@ -12,16 +12,20 @@ import contextlib
 import itertools
 import os
 import stat
-from typing import Any
+from collections.abc import Callable
 
-__all__ = ["Snapshot", "changed_paths", "link_sources", "snapshot"]
+from corral.sandbox._protocol import InputSpec
+from corral.sandbox.inside._fitting import escape_name
+
+__all__ = ["Snapshot", "changed_paths", "changed_since", "link_sources", "snapshot"]
 
 _SNAPSHOT_ENTRIES = 100_000
 """Entries (files and folders) listed before a session run; past this, the files not seen
 count as changed, so a huge folder costs the run a bounded walk, never the server."""
 
 Snapshot = dict[str, tuple[int, int, int, int]]
-"""Relative path to (inode, size, mtime ns, ctime ns) of each regular file."""
+"""Relative path (escaped as the file report escapes it) to (inode, size, mtime ns, ctime ns)
+of each regular file."""
 
 
 def _plain_name(name: object) -> bool:
@@ -33,16 +37,14 @@ def _plain_name(name: object) -> bool:
     )
 
 
-def link_sources(items: list[dict[str, Any]], cwd: str) -> None:
+def link_sources(items: tuple[InputSpec, ...], cwd: str) -> None:
     """Show each named input under its base name in ``cwd``; the first of a name wins."""
     for item in items:
-        name = item.get("name")
-        if not _plain_name(name):
+        if not _plain_name(item.name):
             continue
-        ident = str(item["id"])
-        target = f"/inputs/{ident}.orig" if item.get("original") else f"/inputs/{ident}.txt"
+        suffix = "orig" if item.original else "txt"
         with contextlib.suppress(OSError):
-            os.symlink(target, os.path.join(cwd, str(name)))
+            os.symlink(f"/inputs/{item.id}.{suffix}", os.path.join(cwd, item.name))
 
 
 def _key(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -54,12 +56,12 @@ def snapshot(root: str) -> Snapshot:
     descriptor at a time, at most ``_SNAPSHOT_ENTRIES`` entries looked at."""
     seen: Snapshot = {}
     device = os.stat(root).st_dev
-    pending = [""]
+    pending = [("", "")]  # (path on disk, path as reported)
     budget = _SNAPSHOT_ENTRIES
     while pending and budget > 0:
-        rel = pending.pop()
+        real, shown = pending.pop()
         try:
-            with os.scandir(os.path.join(root, rel) if rel else root) as entries:
+            with os.scandir(os.path.join(root, real) if real else root) as entries:
                 listed = list(itertools.islice(entries, budget))
         except OSError:
             continue
@@ -69,12 +71,21 @@ def snapshot(root: str) -> Snapshot:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            path = f"{rel}/{entry.name}" if rel else entry.name
+            name = escape_name(entry.name)
             if stat.S_ISDIR(st.st_mode) and st.st_dev == device:
-                pending.append(path)
+                pending.append((os.path.join(real, entry.name), f"{shown}{name}/"))
             elif stat.S_ISREG(st.st_mode):
-                seen[path] = _key(st)
+                seen[shown + name] = _key(st)
     return seen
+
+
+def changed_since(before: Snapshot) -> Callable[[str, os.stat_result], bool]:
+    """A filter for the file report: files absent from ``before`` or different since."""
+
+    def changed(path: str, st: os.stat_result) -> bool:
+        return before.get(path) != _key(st)
+
+    return changed
 
 
 def changed_paths(before: Snapshot, after: Snapshot) -> list[str]:
