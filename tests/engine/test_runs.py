@@ -62,7 +62,7 @@ async def _run(runs: Runs, target: Hanging, cancel: anyio.Event | None = None) -
     limits = Limits(timeout=60)
     return await runs.run(
         target, "x", inputs=(), limits=limits, argv=None, on_event=None, on_output=None,
-        cancel=cancel,
+        cancel=cancel, tenant="",
     )  # fmt: skip
 
 

@@ -15,15 +15,17 @@ import anyio.to_thread
 
 import corral
 from corral._limits import DEFAULT_LIMITS, Limits
+from corral._uids import DEFAULT_UID_RANGE, UidRange
 from corral.engine._inputs import Input, RunEventSink
 from corral.engine._job import Job
 from corral.engine._result import Evidence, ExecutionResult
-from corral.engine._runs import Runs, stop_message
+from corral.engine._runs import SHUTTING_DOWN, Runs, stop_message
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
 from corral.engine._session import Session, SessionManager
 from corral.engine._stream import OutputEvent, OutputListener, iterate
+from corral.engine._supervisor import supervise
 from corral.engine._supply import WorkerSupply, stdlib_only
-from corral.errors import EngineClosed, WorkerError, ZygoteUnavailable
+from corral.errors import WorkerError, ZygoteUnavailable
 from corral.sandbox import DEFAULT_PRELOAD, Holder, WarmPool, Zygote
 
 __all__ = ["Engine", "EngineStatistics", "SourceItem"]
@@ -34,6 +36,7 @@ SourceItem = str | os.PathLike[str] | bytes | tuple[str, bytes]
 logger = logging.getLogger("corral.engine")
 
 _MEMORY_POKE = 0.1  # seconds between memory-gate re-checks while jobs wait
+_CANCEL_GRACE = 5.0  # seconds for cancelled runs to kill their workers and answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,8 @@ class EngineStatistics:
     zygote_restarts: int
     runs_by_outcome: dict[str, int]
     scheduler: SchedulerStatistics
+    unavailable: str = ""
+    """Why runs cannot be served now ("" when they can)."""
 
 
 class Engine:
@@ -64,6 +69,7 @@ class Engine:
         *,
         capacity: int | None = None,
         queue_size: int = 256,
+        max_queued_per_tenant: int | None = None,
         pool_size: int | None = None,
         limits: Limits = DEFAULT_LIMITS,
         preload: Sequence[str] = DEFAULT_PRELOAD,
@@ -72,17 +78,26 @@ class Engine:
         min_free_memory: int = 256 * 1024 * 1024,
         lean: bool = True,
         lean_preload: Sequence[str] = (),
+        uid_range: tuple[int, int] | UidRange = DEFAULT_UID_RANGE,
     ) -> None:
         self.capacity = capacity or os.cpu_count() or 1
         self.limits = limits
         self._preload = tuple(preload)
         self._pool_size = pool_size if pool_size is not None else self.capacity
-        self._scheduler = Scheduler(self.capacity, queue_size, min_free_memory=min_free_memory)
+        self._scheduler = Scheduler(
+            self.capacity,
+            queue_size,
+            max_queued_per_tenant=max_queued_per_tenant,
+            min_free_memory=min_free_memory,
+        )
         self.session_idle_timeout = session_idle_timeout
         self.session_disk_bytes = session_disk_bytes
-        self._full = WorkerSupply(preload, limits, self._pool_size)
-        self._lean = WorkerSupply(lean_preload, limits, self._pool_size) if lean else None
-        self._closing_event = anyio.Event()
+        uids = uid_range if isinstance(uid_range, UidRange) else UidRange(*uid_range)
+        full_uids, lean_uids = uids.split()  # each zygote a block of its own
+        self._full = WorkerSupply(preload, limits, self._pool_size, full_uids)
+        self._lean = (
+            WorkerSupply(lean_preload, limits, self._pool_size, lean_uids) if lean else None
+        )
         self._stack: contextlib.AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
@@ -128,8 +143,8 @@ class Engine:
         )
         self._runs.task_group = self._tg
         self._runs.open = True
-        self._tg.start_soon(self._supervise)
-        self._tg.start_soon(self._sessions.expire_loop)
+        self._tg.start_soon(supervise, "the memory gate", self._poke_memory_gate)
+        self._tg.start_soon(supervise, "session expiry", self._sessions.expire_loop)
 
     def _supplies(self) -> list[WorkerSupply]:
         return [z for z in (self._full, self._lean) if z is not None]
@@ -137,7 +152,7 @@ class Engine:
     async def _start_zygote(self) -> None:
         assert self._tg is not None
         for supply in self._supplies():
-            await supply.start(self._tg)
+            await self._tg.start(supply.run)
         self._scheduler.on_running = self._note_running
         assert self._full.zygote is not None
         hello = self._full.zygote.hello
@@ -150,15 +165,29 @@ class Engine:
         for supply in self._supplies():
             supply.set_running(running)
 
-    async def _supervise(self) -> None:
-        assert self._tg is not None
-        async with anyio.create_task_group() as tg:
-            for supply in self._supplies():
-                tg.start_soon(supply.supervise, self._tg, self._closing_event)
-            while not self._closing:
-                await anyio.sleep(_MEMORY_POKE)
-                self._scheduler.poke()
-            tg.cancel_scope.cancel()
+    async def _poke_memory_gate(self) -> None:
+        while not self._closing:
+            await anyio.sleep(_MEMORY_POKE)
+            self._scheduler.poke()
+
+    @property
+    def unavailable(self) -> str:
+        """Why runs cannot be served now ("" when they can): a zygote is down."""
+        return "; ".join(z.failure for z in self._supplies() if z.failure)
+
+    async def drain(self, grace: float) -> None:
+        """Stop admitting work, let runs in flight finish within ``grace`` seconds, then
+        cancel the rest: they end ``cancelled``, "the server is shutting down". Call it
+        before ``aclose`` for a graceful stop."""
+        self._runs.draining = True
+        with anyio.move_on_after(grace):
+            await self._runs.wait_idle()
+        for job, scope in list(self._runs.live.items()):
+            job.stop_reason = SHUTTING_DOWN
+            job.cancelled_explicitly = True
+            scope.cancel()
+        with anyio.move_on_after(_CANCEL_GRACE):
+            await self._runs.wait_idle()
 
     async def aclose(self) -> None:
         """Stop admitting work, stop sessions and workers, stop the zygote; idempotent."""
@@ -166,7 +195,6 @@ class Engine:
             return
         self._closing = True
         self._runs.open = False
-        self._closing_event.set()
         with anyio.CancelScope(shield=True):
             if self._sessions is not None:
                 await self._sessions.close_all()
@@ -217,6 +245,7 @@ class Engine:
         on_event: RunEventSink | None = None,
         on_output: OutputListener | None = None,
         cancel: anyio.Event | None = None,
+        tenant: str = "",
     ) -> ExecutionResult:
         """Run ``code`` once in a fresh worker.
 
@@ -233,9 +262,11 @@ class Engine:
             on_output: receives stdout and stderr chunks and display bundles as they come,
                 within the run's ceilings; the result is the same with or without it.
             cancel: set it to stop the run; the result then has outcome ``cancelled``.
+            tenant: whose run this is (an API key's owner, an MCP session): waiting runs of
+                several tenants share the workers fairly.
 
         Raises:
-            EngineClosed: the engine is not running.
+            EngineClosed: the engine is not running (or is draining).
             SourceError: a source could not be ingested (``corral.Engine`` only).
             OSError: a source path could not be read.
             TypeError: ``sources`` on an engine that cannot ingest them.
@@ -252,6 +283,7 @@ class Engine:
             on_event=on_event,
             on_output=on_output,
             cancel=cancel,
+            tenant=tenant,
         )
 
     def stream(
@@ -264,6 +296,7 @@ class Engine:
         argv: Sequence[str] | None = None,
         on_event: RunEventSink | None = None,
         cancel: anyio.Event | None = None,
+        tenant: str = "",
     ) -> AsyncGenerator[OutputEvent | ExecutionResult, None]:
         """Run ``code`` as ``run`` does; yield its OutputEvents, then its ExecutionResult.
 
@@ -276,7 +309,7 @@ class Engine:
         def start(listener: OutputListener, stop: anyio.Event) -> Awaitable[ExecutionResult]:
             return self.run(
                 code, inputs=inputs, sources=sources, limits=limits, argv=argv,
-                on_event=on_event, cancel=stop, on_output=listener,
+                on_event=on_event, cancel=stop, on_output=listener, tenant=tenant,
             )  # fmt: skip
 
         return iterate(self._background(), start, cancel)
@@ -313,7 +346,7 @@ class Engine:
 
     def get_session(self, session_id: str) -> Session:
         """Raises: SessionNotFound."""
-        self._runs.check_open()
+        self._runs.check_open(admit=False)
         assert self._sessions is not None
         return self._sessions.get(session_id)
 
@@ -340,6 +373,7 @@ class Engine:
             zygote_restarts=sum(z.restarts for z in self._supplies()),
             runs_by_outcome=dict(self._runs.outcomes),
             scheduler=sched,
+            unavailable=self.unavailable,
         )
 
 
@@ -364,7 +398,8 @@ class _FreshWorker:
             supply = engine._lean
         pool, zygote = supply.pool, supply.zygote
         if pool is None or zygote is None:
-            raise EngineClosed("the engine has no worker pool")
+            reason = supply.failure or "the zygote is restarting"
+            return job.stopped("worker_error", f"no worker can be started: {reason}", evidence)
         try:
             if job.limits.work_bytes == engine.limits.work_bytes:
                 worker = await pool.take()
@@ -379,7 +414,7 @@ class _FreshWorker:
                     raise
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             return job.stopped("worker_error", "the zygote restarted; try again", evidence)
-        except WorkerError as exc:
+        except (WorkerError, OSError) as exc:
             return job.stopped("worker_error", f"no worker could be started: {exc}", evidence)
         try:
             return await engine._runs.execute_on(worker, job, code, inputs, evidence)

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import anyio
@@ -27,18 +27,20 @@ from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outc
 from corral.engine._scheduler import Scheduler
 from corral.engine._stream import OutputListener
 from corral.errors import Busy, EngineClosed, WorkerError
-from corral.sandbox import OUTER_ID, Worker, WorkerReport
+from corral.sandbox import Worker, WorkerReport
 
-__all__ = ["Runs", "Target", "stop_message"]
+__all__ = ["SHUTTING_DOWN", "Runs", "Target", "stop_message"]
 
 logger = logging.getLogger("corral.engine")
+
+SHUTTING_DOWN = "the server is shutting down"
 
 
 def stop_message(job: Job) -> tuple[Outcome, str]:
     """The outcome and reason of a run its own scope stopped."""
     if job.cancelled_explicitly:
-        return "cancelled", "the run was cancelled"
-    return "timeout", f"the run exceeded its {job.limits.timeout:g} s time limit"
+        return "cancelled", job.stop_reason or "the run was cancelled"
+    return "timeout", job.stop_reason or f"the run exceeded its {job.limits.timeout:g} s time limit"
 
 
 class Target(Protocol):
@@ -64,19 +66,44 @@ class Target(Protocol):
 
 
 class Runs:
-    """The engine's run path: open state, scheduler, outcome counts and evidence."""
+    """The engine's run path: open state, scheduler, outcome counts, evidence, runs in flight."""
 
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         self.runtime = ""
         self.open = False
+        self.draining = False
+        """Set by ``Engine.drain``: runs in flight go on, new ones are refused."""
         self.outcomes: Counter[str] = Counter()
         self.task_group: anyio.abc.TaskGroup | None = None
         """The engine's, for work that outlives one call (streamed runs)."""
+        self.live: dict[Job, anyio.CancelScope] = {}
+        """Runs in flight, with the scope a drain cancels."""
+        self._idle = anyio.Event()
 
-    def check_open(self) -> None:
+    def check_open(self, *, admit: bool = True) -> None:
+        """Raises EngineClosed unless running (and, to ``admit`` new work, not draining)."""
         if not self.open:
             raise EngineClosed("the engine is not running (use `async with Engine()`)")
+        if admit and self.draining:
+            raise EngineClosed(SHUTTING_DOWN)
+
+    @contextlib.contextmanager
+    def _tracked(self, job: Job, scope: anyio.CancelScope) -> Iterator[None]:
+        self.live[job] = scope
+        try:
+            yield
+        finally:
+            del self.live[job]
+            if not self.live:
+                self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Return once no run is in flight."""
+        while self.live:
+            if self._idle.is_set():  # spent by an earlier lull; concurrent waiters share one
+                self._idle = anyio.Event()
+            await self._idle.wait()
 
     def background(self) -> anyio.abc.TaskGroup:
         """Raises: EngineClosed."""
@@ -113,6 +140,7 @@ class Runs:
         on_event: RunEventSink | None,
         on_output: OutputListener | None,
         cancel: anyio.Event | None,
+        tenant: str,
     ) -> ExecutionResult:
         """Run ``code`` on ``target`` within ``limits``; every per-call failure is a result.
 
@@ -130,12 +158,13 @@ class Runs:
         deadline = anyio.current_time() + limits.timeout
         result: ExecutionResult | None = None
         try:
-            with anyio.CancelScope(deadline=deadline) as scope:
+            with anyio.CancelScope(deadline=deadline) as scope, self._tracked(job, scope):
                 async with watch_cancel(cancel, scope, job, target.closing()):
                     try:
                         async with target.serial():
                             try:
-                                async with self.scheduler.slot(on_queued=job.queued):
+                                slot = self.scheduler.slot(on_queued=job.queued, tenant=tenant)
+                                async with slot:
                                     job.admitted()
                                     result = await target.execute(job, code, inputs, evidence)
                             finally:
@@ -146,6 +175,11 @@ class Runs:
                                         await target.interrupted(job)
                     except Busy as exc:
                         result = self._refuse("busy", str(exc), evidence, started)
+                    except OSError as exc:
+                        # EMFILE, ENFILE, ENOMEM and the like: this run fails, the server goes on.
+                        logger.warning("a run failed in the server: %s", exc)
+                        message = f"the server could not run it: {exc}"
+                        result = self._refuse("worker_error", message, evidence, started)
         except anyio.get_cancelled_exc_class():
             self.outcomes["cancelled"] += 1  # the caller's own scope: it gets no result
             raise
@@ -170,7 +204,7 @@ class Runs:
                 if item.original is not None:
                     files.append((f"{item.id}.orig", item.original))
             try:
-                await worker.write_inputs(files, uid=OUTER_ID, gid=OUTER_ID)
+                await worker.write_inputs(files, uid=worker.outer_id, gid=worker.outer_id)
             except OSError as exc:
                 return job.stopped("invalid_input", f"the inputs do not fit: {exc}", evidence)
         try:

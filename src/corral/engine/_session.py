@@ -26,7 +26,7 @@ from types import TracebackType
 
 import anyio
 
-from corral._fs import FileEntry
+from corral._fs import DEFAULT_MAX_ENTRIES, Listing
 from corral._limits import Limits
 from corral.engine._files import SessionFiles
 from corral.engine._inputs import Input, RunEventSink
@@ -35,7 +35,7 @@ from corral.engine._result import Evidence, ExecutionResult, FileInfo
 from corral.engine._runs import Runs, stop_message
 from corral.engine._stream import OutputEvent, OutputListener, iterate
 from corral.errors import SessionClosed, SessionExists, SessionNotFound, WorkerError
-from corral.sandbox import OUTER_ID, Holder, Worker
+from corral.sandbox import Holder, Worker
 
 __all__ = ["Session", "SessionManager"]
 
@@ -153,7 +153,7 @@ class Session:
         self._runs = runs
         self._interpreter = _Interpreter(runs, session_id, holder)
         self._data_fd = holder.open_data_dir()
-        self.files = SessionFiles(self._data_fd, OUTER_ID, OUTER_ID, disk_bytes)
+        self.files = SessionFiles(self._data_fd, holder.outer_id, holder.outer_id, disk_bytes)
         self._on_close = on_close
 
     async def __aenter__(self) -> Session:
@@ -187,11 +187,13 @@ class Session:
         on_event: RunEventSink | None = None,
         on_output: OutputListener | None = None,
         cancel: anyio.Event | None = None,
+        tenant: str = "",
     ) -> ExecutionResult:
         """Run ``code`` in this session's interpreter; state persists between runs.
 
         The result lists the files the run created or changed in the session's folder.
-        ``on_output`` receives output while the code runs, as for ``Engine.run``.
+        ``on_output`` receives output while the code runs, as for ``Engine.run``; ``tenant``
+        names whose run this is, for fair scheduling (see ``Engine.run``).
 
         Raises:
             SessionClosed: the session was closed or expired.
@@ -209,6 +211,7 @@ class Session:
                 on_event=on_event,
                 on_output=on_output,
                 cancel=cancel,
+                tenant=tenant,
             )
         finally:
             self.touch()
@@ -220,6 +223,7 @@ class Session:
         limits: Limits | None = None,
         on_event: RunEventSink | None = None,
         cancel: anyio.Event | None = None,
+        tenant: str = "",
     ) -> AsyncGenerator[OutputEvent | ExecutionResult, None]:
         """Run ``code`` as ``run`` does; yield its OutputEvents, then its ExecutionResult.
 
@@ -232,7 +236,10 @@ class Session:
         self._interpreter.check_open()
 
         def start(listener: OutputListener, stop: anyio.Event) -> Awaitable[ExecutionResult]:
-            return self.run(code, limits=limits, on_event=on_event, cancel=stop, on_output=listener)
+            return self.run(
+                code, limits=limits, on_event=on_event, cancel=stop, on_output=listener,
+                tenant=tenant,
+            )  # fmt: skip
 
         return iterate(self._runs.background(), start, cancel)
 
@@ -246,10 +253,12 @@ class Session:
         self.touch()
         return await self.files.get(path, max_bytes)
 
-    async def list_files(self) -> list[FileEntry]:
+    async def list_files(self, *, max_entries: int = DEFAULT_MAX_ENTRIES) -> Listing:
+        """The session's regular files, sorted: at most ``max_entries``; ``truncated`` says
+        whether there were more (or the walk met its bound first)."""
         self._interpreter.check_open()
         self.touch()
-        return await self.files.list()
+        return await self.files.list(max_entries)
 
     async def delete_file(self, path: str) -> None:
         self._interpreter.check_open()

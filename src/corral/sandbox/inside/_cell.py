@@ -145,11 +145,10 @@ def prepare_script(namespace: dict[str, Any], argv: object, cwd: str) -> str:
     for a script; ``__file__`` is the script's name in the working folder, where a script
     finds files beside it.
     """
-    args = [a for a in argv if isinstance(a, str)] if isinstance(argv, list) else []
+    args = [a for a in argv if isinstance(a, str)] if isinstance(argv, list | tuple) else []
     if not args or not args[0]:
         args = ["-c"]
     sys.argv = args
-    sys.orig_argv = [sys.executable, *args]
     if args[0] in ("-c", "-"):
         namespace.pop("__file__", None)
         return CELL_FILENAME
