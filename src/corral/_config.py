@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from corral._limits import Limits
+from corral._limits import DEFAULT_LIMITS, Limits
 from corral._uids import UidRange
 from corral.errors import ConfigError
 
@@ -77,8 +77,9 @@ class Config:
     """Concurrent workers; None means one per CPU."""
     queue_size: int = 256
     """Runs waiting for a worker; beyond that a run is refused as busy."""
-    timeout: float = 60.0
-    """Seconds for one execution (queue + start + run); DIAL's fixed timeout is 60."""
+    timeout: float = DEFAULT_LIMITS.timeout
+    """Seconds for one execution (queue + start + run): the one default, ``Limits.timeout``
+    (the seed's 30 s); a request may ask for less, never more."""
     session_idle_timeout: float = 600.0
     """Seconds after its last use when a session expires (DIAL's ``sessionTtl``)."""
     session_disk_bytes: int = 256 * _MIB

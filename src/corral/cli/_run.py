@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -17,10 +18,16 @@ from corral.errors import SourceError
 __all__ = ["run_command"]
 
 
+def _argv(args: argparse.Namespace) -> list[str]:
+    """``sys.argv`` as ``python`` sets it: ``-c``, ``-`` or FILE, then the arguments."""
+    if args.code is not None:
+        # As with python -c, what follows the code is its arguments.
+        return ["-c", *([args.file] if args.file is not None else []), *args.args]
+    return [args.file or "-", *args.args]
+
+
 def _read_code(args: argparse.Namespace) -> str:
     if args.code is not None:
-        if args.file is not None:
-            raise ValueError("give either FILE or -c CODE, not both")
         return str(args.code)
     if args.file in (None, "-"):
         if args.file is None and sys.stdin.isatty():
@@ -38,7 +45,7 @@ def _inputs(paths: list[str]) -> tuple[list[Input], dict[str, str]]:
     for name in paths:
         path = Path(name)
         source = registry.add_attachment(path.read_bytes(), path.name)
-        inputs.append(registry.to_input(source))
+        inputs.append(dataclasses.replace(registry.to_input(source), name=path.name))
         names[source.id] = path.name
     return inputs, names
 
@@ -84,7 +91,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     async def once() -> ExecutionResult:
         async with Engine(capacity=1, pool_size=1, limits=limits) as engine:
-            return await engine.run(code, inputs=inputs, limits=limits)
+            return await engine.run(code, inputs=inputs, limits=limits, argv=_argv(args))
 
     result = anyio.run(once)
     if args.json:
