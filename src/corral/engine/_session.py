@@ -291,7 +291,7 @@ class Session:
     async def open_file(self, path: str) -> tuple[int, int]:
         """``(fd, size)`` of a regular file, to stream it without holding it in memory; the
         caller closes ``fd``."""
-        self._check_open()
+        self._interpreter.check_open()
         self.touch()
         return await self.files.open(path)
 
