@@ -36,9 +36,17 @@ async def test_execute_in_a_session(client: httpx.AsyncClient) -> None:
     response = await client.post("/v1/execute", json={"code": "x ** 5", "sessionId": session_id})
     assert response.json()["result"] == {"text/plain": "32"}
     gone = await client.post("/v1/execute", json={"code": "1", "sessionId": "nope"})
-    assert (gone.status_code, gone.text) == (404, "Session is not found: nope")
+    assert gone.status_code == 404
+    assert gone.json() == {
+        "error": {
+            "type": "not_found",
+            "message": "Session is not found: nope",
+            "field": "sessionId",
+        }
+    }
     invalid = await client.post("/v1/execute", json={"code": "1", "extra": True})
     assert invalid.status_code == 422
+    assert invalid.json()["error"]["field"] == "extra"
 
 
 async def test_execute_checks_roles(
@@ -48,6 +56,7 @@ async def test_execute_checks_roles(
     async with make_client(app, BOB) as bob:
         response = await bob.post("/v1/execute", json={"code": "1"})
     assert response.status_code == 403
+    assert response.json()["error"]["type"] == "forbidden"
 
 
 async def test_health_metrics_openapi(gateway_app: FastAPI, client: httpx.AsyncClient) -> None:

@@ -19,7 +19,9 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
 from corral.errors import FileTooLarge, InvalidPath, SessionClosed, SessionDiskFull, SessionNotFound
+from corral.http._cancel import cancel_event
 from corral.http._errors import BUSY_TEXT, MappedRoute, fail
+from corral.http._gateway import code_too_long
 from corral.http._multipart import MultipartReader, content_type_of
 from corral.http._paths import Resolved, bad_path, resolve
 from corral.http._responses import json_response
@@ -97,7 +99,10 @@ async def health(request: Request) -> Response:
 async def execute_code(body: CodeRequest, request: Request) -> Response:
     state = state_of(request)
     _check_session_header(state, request)
-    result = await (await _session(state)).run(body.code)
+    limit = state.config.limits().code_chars
+    if len(body.code) > limit:
+        fail(400, code_too_long(len(body.code), limit))
+    result = await (await _session(state)).run(body.code, cancel=cancel_event(request))
     state.metrics.observe("execute_code", result.outcome, result.elapsed_ms)
     if result.outcome == "busy":
         fail(503, BUSY_TEXT, retry=True)

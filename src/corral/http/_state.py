@@ -6,7 +6,7 @@ HTTP layer calls (docs/engine-api.md), nothing below it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Sequence
+from collections.abc import AsyncIterable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -53,7 +53,12 @@ class SessionAPI(Protocol):
     def id(self) -> str: ...
 
     async def run(
-        self, code: str, *, limits: Limits | None = None, cancel: anyio.Event | None = None
+        self,
+        code: str,
+        *,
+        limits: Limits | None = None,
+        cancel: anyio.Event | None = None,
+        on_output: Callable[[Any], None] | None = None,
     ) -> ExecutionResult: ...
 
     async def put_file(self, path: str, data: bytes | AsyncIterable[bytes]) -> FileInfo: ...
@@ -68,7 +73,14 @@ class SessionAPI(Protocol):
 class EngineAPI(Protocol):
     """The engine (``corral.engine.Engine``), started by whoever built the app."""
 
-    async def run(self, code: str, *, limits: Limits | None = None) -> ExecutionResult: ...
+    async def run(
+        self,
+        code: str,
+        *,
+        limits: Limits | None = None,
+        cancel: anyio.Event | None = None,
+        on_output: Callable[[Any], None] | None = None,
+    ) -> ExecutionResult: ...
 
     async def open_session(self) -> Any: ...
 

@@ -1,0 +1,119 @@
+"""NDJSON output streams: one JSON object a line, written as the run produces it.
+
+``{"type": "stdout"|"stderr", "text"}`` and ``{"type": "display", "data": {bundle}}`` while the
+code runs, then exactly one ``{"type": "result", "result": {...}}``, or, when the request fails
+after the stream began (its session closed under it, say), one
+``{"type": "error", "error": {"type", "message"}}``. The engine's listener is synchronous, so
+events go through an in-memory queue; its total is bounded by the run's own output ceilings
+(what is streamed is what fits), never by the sandbox's word. Events ready together leave in
+one write; asyncio sets ``TCP_NODELAY`` on every TCP transport, so a write is a packet now.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import anyio
+from fastapi import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
+
+from corral.engine import ExecutionResult
+from corral.http._errors import error_body
+
+__all__ = ["NDJSON", "NdjsonRun", "OutputLike"]
+
+logger = logging.getLogger("corral.http")
+
+NDJSON = "application/x-ndjson"
+
+
+class OutputLike(Protocol):
+    """What the HTTP layer reads of ``corral.engine.OutputEvent``."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def data(self) -> Mapping[str, Any] | None: ...
+
+
+Listener = Callable[[OutputLike], None]
+
+
+def _line(message: Mapping[str, Any]) -> bytes:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def event_line(event: OutputLike) -> bytes:
+    """The NDJSON line of one output event."""
+    if event.kind == "display":
+        return _line({"type": "display", "data": dict(event.data or {})})
+    return _line({"type": event.kind, "text": event.text})
+
+
+class NdjsonRun(Response):
+    """Run the code when the response starts, streaming its output, then the result."""
+
+    media_type = NDJSON
+
+    def __init__(
+        self,
+        run: Callable[[Listener], Awaitable[ExecutionResult]],
+        render: Callable[[ExecutionResult], Mapping[str, Any]],
+    ) -> None:
+        super().__init__(media_type=NDJSON)
+        self._run = run
+        self._render = render
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [
+            (b"content-type", NDJSON.encode()),
+            (b"cache-control", b"no-store"),
+            (b"x-content-type-options", b"nosniff"),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        # Unbounded only in count: every event is already within the run's ceilings.
+        lines, pending = anyio.create_memory_object_stream[bytes](math.inf)
+
+        def listen(event: OutputLike) -> None:
+            # Closed: the run already ended, or nobody reads any more.
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                lines.send_nowait(event_line(event))
+
+        async def produce() -> None:
+            with lines:
+                lines.send_nowait(await self._finish(listen))
+
+        async with anyio.create_task_group() as tg, pending:
+            tg.start_soon(produce)
+            async for first in pending:
+                batch = [first]
+                while True:
+                    try:
+                        batch.append(pending.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                body = b"".join(batch)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _finish(self, listen: Listener) -> bytes:
+        try:
+            result = await self._run(listen)
+        except StarletteHTTPException as exc:
+            default = "not_found" if exc.status_code == 404 else "error"
+            kind = getattr(exc, "kind", None) or default
+            return _line({"type": "error", **error_body(kind, str(exc.detail))})
+        except Exception:
+            logger.exception("streamed run failed")
+            return _line({"type": "error", **error_body("internal", "Internal error")})
+        return _line({"type": "result", "result": self._render(result)})
