@@ -58,7 +58,11 @@ class CancelOnDisconnect:
                 return {"type": "http.disconnect"}
 
         async with anyio.create_task_group() as tg, from_watcher:
-            scope[_SCOPE_KEY] = _Link(cancel, lambda event: tg.start_soon(relay, event))
+
+            def also(event: anyio.Event) -> None:
+                tg.start_soon(relay, event)
+
+            scope[_SCOPE_KEY] = _Link(cancel, also)
             tg.start_soon(watch)
             try:
                 await self.app(scope, app_receive, send)

@@ -212,7 +212,7 @@ def _own_answer(exc: Exception) -> Response:
     if not isinstance(exc, StarletteHTTPException):
         exc = _as_http(exc)
     assert isinstance(exc, StarletteHTTPException)
-    detail = exc.detail
+    detail: Any = exc.detail
     if isinstance(detail, dict):  # a relayed interpreter body: {"detail": "..."}
         detail = str(detail.get("detail", detail))
     field = getattr(exc, "field", None)
