@@ -10,9 +10,6 @@ import anyio
 import uvicorn
 from fastapi import FastAPI
 
-START_BOUND = 30.0  # seconds for uvicorn to start listening
-
-
 @contextlib.asynccontextmanager
 async def live(app: FastAPI) -> AsyncIterator[str]:
     """Serve ``app`` on a loopback port for the block; yields its base URL."""
@@ -24,10 +21,8 @@ async def live(app: FastAPI) -> AsyncIterator[str]:
     server = uvicorn.Server(config)
     with listener:
         async with anyio.create_task_group() as tg:
+            # The socket listens already: connections wait in its backlog until uvicorn accepts.
             tg.start_soon(lambda: server.serve(sockets=[listener]))
-            with anyio.fail_after(START_BOUND):
-                while not server.started:
-                    await anyio.sleep(0.01)
             try:
                 yield f"http://127.0.0.1:{port}"
             finally:

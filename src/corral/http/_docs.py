@@ -20,15 +20,18 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "BucketResponse",
     "DialExecuteResponse",
     "DialFileResponse",
     "DialFilesResponse",
     "DialSessionResponse",
     "ErrorResponse",
     "ExecuteResponse",
+    "FileMetadata",
     "HealthResponse",
     "install_docs",
     "json_body",
+    "json_model",
     "multipart_body",
     "plain_errors",
 ]
@@ -150,6 +153,32 @@ class DialFilesResponse(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     files: list[DialFileResponse]
+
+
+class BucketResponse(BaseModel):
+    bucket: str
+
+
+class FileMetadata(BaseModel):
+    """DIAL's ``FileMetadata`` (dial-api.md §6)."""
+
+    name: str
+    parentPath: str | None
+    bucket: str
+    url: str
+    nodeType: Literal["ITEM"]
+    resourceType: Literal["FILE"]
+    createdAt: int
+    updatedAt: int
+    etag: str
+    contentLength: int
+    contentType: str
+
+
+def json_model(model: type[BaseModel]) -> type[BaseModel]:
+    """Add ``model`` to the components (for a response described by ``$ref``)."""
+    _BODY_MODELS[model.__name__] = model
+    return model
 
 
 def json_body(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:

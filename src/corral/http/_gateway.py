@@ -65,7 +65,7 @@ _BYTES: dict[str, Any] = {
 }
 _METADATA: dict[str, Any] = {
     "description": "DIAL's FileMetadata of the stored file",
-    "content": {"application/json": {"schema": {"type": "object"}}},
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/FileMetadata"}}},
 }
 
 
@@ -141,6 +141,7 @@ async def list_files(request: Request) -> Response:
 
 @router.post(
     "/download_file",
+    response_class=Response,
     openapi_extra=json_body(DownloadBody),
     responses={200: _BYTES, **plain_errors(400, 404, 503)},
 )
@@ -209,6 +210,7 @@ async def transfer_input_file(request: Request) -> Response:
 
 @router.post(
     "/transfer_output_file",
+    response_class=Response,
     openapi_extra=json_body(TransferOutBody),
     responses={200: _METADATA, **plain_errors(400, 403, 404, 503)},
 )

@@ -165,7 +165,9 @@ async def health(request: Request) -> Response:
 
 
 @metrics_router.get(
-    "/metrics", responses={200: {"content": {CONTENT_TYPE: {"schema": {"type": "string"}}}}}
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE: {"schema": {"type": "string"}}}}}
 )
 async def metrics(request: Request) -> Response:
     """Prometheus text format."""
