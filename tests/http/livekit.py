@@ -10,6 +10,7 @@ import anyio
 import uvicorn
 from fastapi import FastAPI
 
+
 @contextlib.asynccontextmanager
 async def live(app: FastAPI) -> AsyncIterator[str]:
     """Serve ``app`` on a loopback port for the block; yields its base URL."""

@@ -167,7 +167,7 @@ async def health(request: Request) -> Response:
 @metrics_router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {CONTENT_TYPE: {"schema": {"type": "string"}}}}}
+    responses={200: {"content": {CONTENT_TYPE: {"schema": {"type": "string"}}}}},
 )
 async def metrics(request: Request) -> Response:
     """Prometheus text format."""
