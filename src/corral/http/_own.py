@@ -113,24 +113,28 @@ async def execute(request: Request) -> Response:
     limits = _limits(state, body.timeout)
     disconnected = cancel_event(request)
 
-    async def run(on_output: Listener | None) -> ExecutionResult:
-        output: dict[str, Any] = {} if on_output is None else {"on_output": on_output}
-        if body.sessionId is None:
-            return await state.engine.run(body.code, limits=limits, cancel=disconnected, **output)
-        registry = state.registry
+    session, closed = None, None
+    if body.sessionId is not None:  # looked up before a stream starts: a 404 is still a 404
         try:
-            session = registry.lookup(caller.owner, body.sessionId)
+            session = state.registry.lookup(caller.owner, body.sessionId)
         except StarletteHTTPException as exc:
             raise ApiError(exc.status_code, str(exc.detail), field="sessionId") from None
-        cancel = cancel_event(request, registry.cancel_event(caller.owner, body.sessionId))
+        closed = state.registry.cancel_event(caller.owner, body.sessionId)
+
+    async def run(on_output: Listener | None) -> ExecutionResult:
+        output: dict[str, Any] = {} if on_output is None else {"on_output": on_output}
+        if session is None or closed is None or body.sessionId is None:
+            return await state.engine.run(body.code, limits=limits, cancel=disconnected, **output)
+        registry, owner, session_id = state.registry, caller.owner, body.sessionId
+        cancel = cancel_event(request, closed)
         try:
             result = await session.run(body.code, limits=limits, cancel=cancel, **output)
         except Exception as exc:
-            if registry.is_closed(caller.owner, session, body.sessionId):
-                raise _gone(body.sessionId) from exc
+            if registry.is_closed(owner, session, session_id):
+                raise _gone(session_id) from exc
             raise
-        if registry.is_closed(caller.owner, session, body.sessionId):
-            raise _gone(body.sessionId)
+        if registry.is_closed(owner, session, session_id):
+            raise _gone(session_id)
         return result
 
     def render(result: ExecutionResult) -> Mapping[str, Any]:
