@@ -10,7 +10,6 @@ from corral.errors import ConfigError
 from corral.http import _container, _files_api, _gateway, _own, _playground
 from corral.http._auth import Keyring
 from corral.http._body import BodyLimit
-from corral.http._cancel import CancelOnDisconnect
 from corral.http._docs import install_docs
 from corral.http._errors import install_error_handlers
 from corral.http._metrics import Metrics
@@ -62,5 +61,4 @@ def create_app(engine: EngineAPI, config: Config) -> FastAPI:
         is_upload=_is_upload,
         plain_text=gateway,
     )
-    app.add_middleware(CancelOnDisconnect)  # outermost: it alone reads the client's messages
     return app

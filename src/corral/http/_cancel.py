@@ -1,91 +1,91 @@
-"""A closed connection cancels its run: one ASGI watcher for every route.
+"""A closed connection cancels its run: one watcher, used by every route that runs code.
 
-Once a request's body has been read, nothing in the app calls ``receive`` again, so a client
-that goes away is never noticed: its run keeps a worker until the deadline. The watcher
-reads ``receive`` itself (one message ahead of the app, so uploads keep their backpressure)
-and, when ``http.disconnect`` arrives, sets the request's cancel event, which handlers pass
-to the engine as ``cancel=``. The app keeps seeing every message in order, the disconnect
-included.
+Once a request's body has been read, nothing calls ``receive`` again, so a client that hangs
+up is never noticed and its run keeps a worker until the deadline. :func:`until_hangup` runs
+the call beside a task that reads ``receive``: its next message is ``http.disconnect`` when the
+client goes (servers also send it once the response is complete, which is after the run).
+
+Two ways to stop the run, chosen by the caller:
+
+* ``abandon=True`` (one-shot runs): the run's scope is cancelled; the engine kills the worker
+  and counts the run ``cancelled``, and there is no result to send to nobody.
+* otherwise (session runs): the ``hangup`` event handed to the call is set; pass it as the
+  run's ``cancel=``, so the session records a ``cancelled`` run and restarts its interpreter.
+
+Only routes that run code pay for the watcher (one task group per run), nothing else does.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 import anyio
-from fastapi import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive
 
-__all__ = ["CancelOnDisconnect", "cancel_event"]
+__all__ = ["Hungup", "until_hangup"]
 
-_SCOPE_KEY = "corral.cancel"
-_AHEAD = 1  # messages read before the app asks: enough to see the end of the body
+T = TypeVar("T")
 
 
-class CancelOnDisconnect:
-    """Set ``scope["corral.cancel"]`` when the client disconnects."""
+class Hungup:
+    """What :func:`until_hangup` returns when the client went away first."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    __slots__ = ()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        cancel = anyio.Event()
-        to_app, from_watcher = anyio.create_memory_object_stream[Message](_AHEAD)
+
+HUNG_UP = Hungup()
+
+
+class _Box(Generic[T]):
+    __slots__ = ("error", "value")
+
+    def __init__(self) -> None:
+        self.value: T | Hungup = HUNG_UP
+        self.error: Exception | None = None
+
+
+async def until_hangup(
+    receive: Receive,
+    call: Callable[[anyio.Event], Awaitable[T]],
+    *,
+    abandon: bool = False,
+    also: anyio.Event | None = None,
+) -> T | Hungup:
+    """``await call(hangup)``, stopped when the client disconnects.
+
+    Args:
+        receive: the request's ASGI ``receive``, its body already read.
+        call: the work; ``hangup`` is set when the client disconnects (or ``also`` is set).
+        abandon: cancel ``call`` outright on a hang-up instead of only setting ``hangup``.
+        also: another event that sets ``hangup`` (a session being closed, say).
+
+    Returns:
+        What ``call`` returned, or ``HUNG_UP`` when it was abandoned.
+    """
+    hangup = anyio.Event()
+    box: _Box[T] = _Box()
+    async with anyio.create_task_group() as tg:
 
         async def watch() -> None:
-            async with to_app:
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        cancel.set()
-                    with contextlib.suppress(anyio.BrokenResourceError):
-                        await to_app.send(message)
-                    if message["type"] == "http.disconnect":
-                        return
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            hangup.set()
+            if abandon:
+                tg.cancel_scope.cancel()
 
         async def relay(event: anyio.Event) -> None:
             await event.wait()
-            cancel.set()
+            hangup.set()
 
-        async def app_receive() -> Message:
-            try:
-                return await from_watcher.receive()
-            except anyio.EndOfStream:
-                return {"type": "http.disconnect"}
-
-        async with anyio.create_task_group() as tg, from_watcher:
-
-            def also(event: anyio.Event) -> None:
-                tg.start_soon(relay, event)
-
-            scope[_SCOPE_KEY] = _Link(cancel, also)
-            tg.start_soon(watch)
-            try:
-                await self.app(scope, app_receive, send)
-            finally:
-                tg.cancel_scope.cancel()
-
-
-class _Link:
-    __slots__ = ("also", "event")
-
-    def __init__(self, event: anyio.Event, also: Callable[[anyio.Event], None]) -> None:
-        self.event = event
-        self.also = also
-
-
-def cancel_event(request: Request, *also: anyio.Event) -> anyio.Event:
-    """The event set when this request's client disconnects, or when one of ``also`` is set.
-
-    Outside :class:`CancelOnDisconnect` (an app mounted without it), only ``also`` count.
-    """
-    link = request.scope.get(_SCOPE_KEY)
-    if not isinstance(link, _Link):
-        return also[0] if also else anyio.Event()
-    for event in also:
-        link.also(event)
-    return link.event
+        tg.start_soon(watch)
+        if also is not None:
+            tg.start_soon(relay, also)
+        try:
+            box.value = await call(hangup)
+        except Exception as exc:  # noqa: BLE001 - re-raised below, outside the group
+            box.error = exc
+        tg.cancel_scope.cancel()
+    if box.error is not None:
+        raise box.error
+    return box.value

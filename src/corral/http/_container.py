@@ -19,7 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
 from corral.errors import FileTooLarge, InvalidPath, SessionClosed, SessionDiskFull, SessionNotFound
-from corral.http._cancel import cancel_event
+from corral.http._cancel import Hungup, until_hangup
 from corral.http._errors import BUSY_TEXT, MappedRoute, fail
 from corral.http._gateway import code_too_long
 from corral.http._multipart import MultipartReader, content_type_of
@@ -102,7 +102,12 @@ async def execute_code(body: CodeRequest, request: Request) -> Response:
     limit = state.config.limits().code_chars
     if len(body.code) > limit:
         fail(400, code_too_long(len(body.code), limit))
-    result = await (await _session(state)).run(body.code, cancel=cancel_event(request))
+    session = await _session(state)
+    result = await until_hangup(
+        request.receive, lambda hangup: session.run(body.code, cancel=hangup)
+    )
+    if isinstance(result, Hungup):
+        return Response()
     state.metrics.observe("execute_code", result.outcome, result.elapsed_ms)
     if result.outcome == "busy":
         fail(503, BUSY_TEXT, retry=True)

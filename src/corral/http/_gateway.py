@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from corral.engine import ExecutionResult
 from corral.errors import SessionClosed, SessionNotFound
 from corral.http._auth import Caller
-from corral.http._cancel import cancel_event
+from corral.http._cancel import Hungup, until_hangup
 from corral.http._docs import (
     DialExecuteResponse,
     DialFileResponse,
@@ -241,18 +241,28 @@ async def execute_code(request: Request) -> Response:
     limit = state.config.limits().code_chars
     if len(body.code) > limit:
         fail(400, code_too_long(len(body.code), limit))
-    disconnected = cancel_event(request)
+    code = body.code
     if body.sessionId is None and not body.inputFiles and not body.outputFiles:
         # No files to move: a one-shot worker is a temporary session that costs less.
-        result = await state.engine.run(body.code, cancel=disconnected)
-        return _answer(state, result)
+        ran = await until_hangup(request.receive, lambda _: state.engine.run(code), abandon=True)
+        return Response() if isinstance(ran, Hungup) else _answer(state, ran)
     if body.sessionId is None:
-        async with state.registry.temporary() as session:
-            return await _execute(state, caller, session, body, disconnected)
+        async with state.registry.temporary() as temporary:
+            return _answered(
+                await until_hangup(
+                    request.receive, lambda hangup: _execute(state, caller, temporary, body, hangup)
+                )
+            )
     session = state.registry.lookup(caller.owner, body.sessionId)
     closed = state.registry.cancel_event(caller.owner, body.sessionId)
     try:
-        response = await _execute(state, caller, session, body, cancel_event(request, closed))
+        response = _answered(
+            await until_hangup(
+                request.receive,
+                lambda hangup: _execute(state, caller, session, body, hangup),
+                also=closed,
+            )
+        )
     except Exception:
         if state.registry.is_closed(caller.owner, session, body.sessionId):
             not_found(body.sessionId)  # closed under the run, however the run ended
@@ -279,6 +289,10 @@ async def _execute(
             source_path, target = check_output(caller, output)
             await write_output(state, session, source_path, target)
     return _answer(state, result)
+
+
+def _answered(response: Response | Hungup) -> Response:
+    return Response() if isinstance(response, Hungup) else response
 
 
 def _answer(state: State, result: ExecutionResult) -> Response:

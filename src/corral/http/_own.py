@@ -14,10 +14,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive
 
 from corral._limits import Limits
 from corral.engine import ExecutionResult
-from corral.http._cancel import cancel_event
+from corral.http._cancel import Hungup, until_hangup
 from corral.http._docs import ErrorResponse, ExecuteResponse, HealthResponse, json_body
 from corral.http._errors import RETRY_AFTER, ApiError, OwnRoute, describe_invalid
 from corral.http._metrics import CONTENT_TYPE
@@ -111,7 +112,6 @@ async def execute(request: Request) -> Response:
     state.keyring.require_code_role(caller)
     body = _parse(await request.body())
     limits = _limits(state, body.timeout)
-    disconnected = cancel_event(request)
 
     session, closed = None, None
     if body.sessionId is not None:  # looked up before a stream starts: a 404 is still a 404
@@ -121,14 +121,21 @@ async def execute(request: Request) -> Response:
             raise ApiError(exc.status_code, str(exc.detail), field="sessionId") from None
         closed = state.registry.cancel_event(caller.owner, body.sessionId)
 
-    async def run(on_output: Listener | None) -> ExecutionResult:
+    async def run(on_output: Listener | None, receive: Receive) -> ExecutionResult | Hungup:
         output: dict[str, Any] = {} if on_output is None else {"on_output": on_output}
         if session is None or closed is None or body.sessionId is None:
-            return await state.engine.run(body.code, limits=limits, cancel=disconnected, **output)
+            return await until_hangup(
+                receive,
+                lambda _: state.engine.run(body.code, limits=limits, **output),
+                abandon=True,
+            )
         registry, owner, session_id = state.registry, caller.owner, body.sessionId
-        cancel = cancel_event(request, closed)
         try:
-            result = await session.run(body.code, limits=limits, cancel=cancel, **output)
+            result = await until_hangup(
+                receive,
+                lambda hangup: session.run(body.code, limits=limits, cancel=hangup, **output),
+                also=closed,
+            )
         except Exception as exc:
             if registry.is_closed(owner, session, session_id):
                 raise _gone(session_id) from exc
@@ -143,7 +150,9 @@ async def execute(request: Request) -> Response:
 
     if body.stream:
         return NdjsonRun(run, render)
-    result = await run(None)
+    result = await run(None, request.receive)
+    if isinstance(result, Hungup):
+        return Response()  # nobody is there to read it
     answer = render(result)
     if result.outcome == "busy":
         return json_response(answer, 503, headers={"Retry-After": RETRY_AFTER})

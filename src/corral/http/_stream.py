@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
 from corral.engine import ExecutionResult
+from corral.http._cancel import Hungup
 from corral.http._errors import error_body
 
 __all__ = ["NDJSON", "NdjsonRun", "OutputLike"]
@@ -67,7 +68,7 @@ class NdjsonRun(Response):
 
     def __init__(
         self,
-        run: Callable[[Listener], Awaitable[ExecutionResult]],
+        run: Callable[[Listener, Receive], Awaitable[ExecutionResult | Hungup]],
         render: Callable[[ExecutionResult], Mapping[str, Any]],
     ) -> None:
         super().__init__(media_type=NDJSON)
@@ -91,7 +92,9 @@ class NdjsonRun(Response):
 
         async def produce() -> None:
             with lines:
-                lines.send_nowait(await self._finish(listen))
+                last = await self._finish(listen, receive)
+                if last is not None:
+                    lines.send_nowait(last)
 
         async with anyio.create_task_group() as tg, pending:
             tg.start_soon(produce)
@@ -106,9 +109,9 @@ class NdjsonRun(Response):
                 await send({"type": "http.response.body", "body": body, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _finish(self, listen: Listener) -> bytes:
+    async def _finish(self, listen: Listener, receive: Receive) -> bytes | None:
         try:
-            result = await self._run(listen)
+            result = await self._run(listen, receive)
         except StarletteHTTPException as exc:
             default = "not_found" if exc.status_code == 404 else "error"
             kind = getattr(exc, "kind", None) or default
@@ -116,4 +119,6 @@ class NdjsonRun(Response):
         except Exception:
             logger.exception("streamed run failed")
             return _line({"type": "error", **error_body("internal", "Internal error")})
+        if isinstance(result, Hungup):
+            return None  # the client is gone: nothing more to say
         return _line({"type": "result", "result": self._render(result)})
