@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -23,6 +23,7 @@ from corral.engine._outcome import build_result
 from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outcome
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
 from corral.engine._session import Session, SessionManager
+from corral.engine._stream import OutputEvent, OutputListener, iterate
 from corral.engine._supply import WorkerSupply, stdlib_only
 from corral.errors import Busy, EngineClosed, WorkerError, ZygoteUnavailable
 from corral.sandbox import (
@@ -226,6 +227,7 @@ class Engine:
         limits: Limits | None = None,
         on_event: RunEventSink | None = None,
         cancel: anyio.Event | None = None,
+        on_output: OutputListener | None = None,
     ) -> ExecutionResult:
         """Run ``code`` once in a fresh worker.
 
@@ -235,6 +237,8 @@ class Engine:
             limits: bounds for this call; the engine's default when None.
             on_event: receives metadata-only lifecycle events.
             cancel: set it to stop the run; the result then has outcome ``cancelled``.
+            on_output: receives stdout and stderr chunks and display bundles as they come,
+                within the run's ceilings; the result is the same with or without it.
 
         Raises:
             EngineClosed: the engine is not running.
@@ -247,7 +251,7 @@ class Engine:
         if problem:
             self._outcomes["invalid_input"] += 1
             return self.refuse("invalid_input", problem, evidence, started)
-        job = Job(started, limits, on_event)
+        job = Job(started, limits, on_event, on_output)
         deadline = anyio.current_time() + limits.timeout
         result: ExecutionResult | None = None
         try:
@@ -273,6 +277,37 @@ class Engine:
         self._outcomes[result.outcome] += 1
         job.finished(result)
         return result
+
+    def stream(
+        self,
+        code: str,
+        *,
+        inputs: Sequence[Input] = (),
+        limits: Limits | None = None,
+        on_event: RunEventSink | None = None,
+        cancel: anyio.Event | None = None,
+    ) -> AsyncGenerator[OutputEvent | ExecutionResult, None]:
+        """Run ``code`` as ``run`` does; yield its OutputEvents, then its ExecutionResult.
+
+        Leaving the loop early cancels the run.
+
+        Raises:
+            EngineClosed: the engine is not running, or stopped during the run.
+        """
+
+        def start(listener: OutputListener, stop: anyio.Event) -> Awaitable[ExecutionResult]:
+            return self.run(
+                code, inputs=inputs, limits=limits, on_event=on_event, cancel=stop,
+                on_output=listener,
+            )  # fmt: skip
+
+        return iterate(self.background(), start, cancel)
+
+    def background(self) -> anyio.abc.TaskGroup:
+        """The engine's task group, for work that outlives one call (streamed runs)."""
+        self._check_open()
+        assert self._tg is not None
+        return self._tg
 
     async def _one_shot(
         self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
@@ -337,7 +372,7 @@ class Engine:
             logger.warning("worker %s failed: %s", worker.pid, exc)
             return job.stopped("worker_error", f"the worker failed: {exc}", evidence)
         try:
-            return build_result(
+            result = build_result(
                 "ok",
                 job.capture,
                 job.limits,
@@ -348,6 +383,10 @@ class Engine:
             )
         except WorkerError as exc:
             return job.stopped("worker_error", f"the worker sent a bad report: {exc}", evidence)
+        if job.capture.tap is not None:
+            for bundle in result.display:
+                job.capture.tap.display(bundle)
+        return result
 
     # sessions ----------------------------------------------------------------------------
 
