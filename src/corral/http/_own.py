@@ -122,18 +122,19 @@ async def execute(request: Request) -> Response:
         closed = state.registry.cancel_event(caller.owner, body.sessionId)
 
     async def run(on_output: Listener | None, receive: Receive) -> ExecutionResult | Hungup:
-        output: dict[str, Any] = {} if on_output is None else {"on_output": on_output}
         if session is None or closed is None or body.sessionId is None:
             return await until_hangup(
                 receive,
-                lambda _: state.engine.run(body.code, limits=limits, **output),
+                lambda _: state.engine.run(body.code, limits=limits, on_output=on_output),
                 abandon=True,
             )
         registry, owner, session_id = state.registry, caller.owner, body.sessionId
         try:
             result = await until_hangup(
                 receive,
-                lambda hangup: session.run(body.code, limits=limits, cancel=hangup, **output),
+                lambda hangup: session.run(
+                    body.code, limits=limits, cancel=hangup, on_output=on_output
+                ),
                 also=closed,
             )
         except Exception as exc:

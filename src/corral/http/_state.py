@@ -6,7 +6,7 @@ HTTP layer calls (docs/engine-api.md), nothing below it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Sequence
+from collections.abc import AsyncIterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -15,7 +15,7 @@ from fastapi import Request
 
 from corral._config import Config
 from corral._limits import Limits
-from corral.engine import ExecutionResult, FileInfo
+from corral.engine import ExecutionResult, FileInfo, OutputListener
 from corral.http._auth import Caller, Keyring
 from corral.http._metrics import Metrics
 
@@ -58,7 +58,7 @@ class SessionAPI(Protocol):
         *,
         limits: Limits | None = None,
         cancel: anyio.Event | None = None,
-        on_output: Callable[[Any], None] | None = None,
+        on_output: OutputListener | None = None,
     ) -> ExecutionResult: ...
 
     async def put_file(self, path: str, data: bytes | AsyncIterable[bytes]) -> FileInfo: ...
@@ -79,7 +79,7 @@ class EngineAPI(Protocol):
         *,
         limits: Limits | None = None,
         cancel: anyio.Event | None = None,
-        on_output: Callable[[Any], None] | None = None,
+        on_output: OutputListener | None = None,
     ) -> ExecutionResult: ...
 
     async def open_session(self) -> Any: ...

@@ -16,45 +16,32 @@ import json
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 from fastapi import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
-from corral.engine import ExecutionResult
+from corral.engine import ExecutionResult, OutputEvent, OutputListener
 from corral.http._cancel import Hungup
 from corral.http._errors import error_body
 
-__all__ = ["NDJSON", "NdjsonRun", "OutputLike"]
+__all__ = ["NDJSON", "Listener", "NdjsonRun", "event_line"]
 
 logger = logging.getLogger("corral.http")
 
 NDJSON = "application/x-ndjson"
 
 
-class OutputLike(Protocol):
-    """What the HTTP layer reads of ``corral.engine.OutputEvent``."""
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def text(self) -> str: ...
-
-    @property
-    def data(self) -> Mapping[str, Any] | None: ...
-
-
-Listener = Callable[[OutputLike], None]
+Listener = OutputListener
 
 
 def _line(message: Mapping[str, Any]) -> bytes:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
-def event_line(event: OutputLike) -> bytes:
+def event_line(event: OutputEvent) -> bytes:
     """The NDJSON line of one output event."""
     if event.kind == "display":
         return _line({"type": "display", "data": dict(event.data or {})})
@@ -85,7 +72,7 @@ class NdjsonRun(Response):
         # Unbounded only in count: every event is already within the run's ceilings.
         lines, pending = anyio.create_memory_object_stream[bytes](math.inf)
 
-        def listen(event: OutputLike) -> None:
+        def listen(event: OutputEvent) -> None:
             # Closed: the run already ended, or nobody reads any more.
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                 lines.send_nowait(event_line(event))
