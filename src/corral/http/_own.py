@@ -11,10 +11,10 @@ import base64
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import Receive
 
 from corral._limits import Limits
 from corral.engine import ExecutionResult
@@ -121,22 +121,12 @@ async def execute(request: Request) -> Response:
             raise ApiError(exc.status_code, str(exc.detail), field="sessionId") from None
         closed = state.registry.cancel_event(caller.owner, body.sessionId)
 
-    async def run(on_output: Listener | None, receive: Receive) -> ExecutionResult | Hungup:
-        if session is None or closed is None or body.sessionId is None:
-            return await until_hangup(
-                receive,
-                lambda _: state.engine.run(body.code, limits=limits, on_output=on_output),
-                abandon=True,
-            )
+    async def run(on_output: Listener | None, hangup: anyio.Event) -> ExecutionResult:
+        if session is None or body.sessionId is None:
+            return await state.engine.run(body.code, limits=limits, on_output=on_output)
         registry, owner, session_id = state.registry, caller.owner, body.sessionId
         try:
-            result = await until_hangup(
-                receive,
-                lambda hangup: session.run(
-                    body.code, limits=limits, cancel=hangup, on_output=on_output
-                ),
-                also=closed,
-            )
+            result = await session.run(body.code, limits=limits, cancel=hangup, on_output=on_output)
         except Exception as exc:
             if registry.is_closed(owner, session, session_id):
                 raise _gone(session_id) from exc
@@ -149,9 +139,13 @@ async def execute(request: Request) -> Response:
         state.metrics.observe("execute", result.outcome, result.elapsed_ms)
         return render_result(result, return_files=body.return_files)
 
+    # A one-shot run is abandoned when its client hangs up; a session run is told to stop.
+    one_shot = session is None
     if body.stream:
-        return NdjsonRun(run, render)
-    result = await run(None, request.receive)
+        return NdjsonRun(run, render, abandon=one_shot, also=closed)
+    result = await until_hangup(
+        request.receive, lambda hangup: run(None, hangup), abandon=one_shot, also=closed
+    )
     if isinstance(result, Hungup):
         return Response()  # nobody is there to read it
     answer = render(result)

@@ -24,7 +24,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
 from corral.engine import ExecutionResult, OutputEvent, OutputListener
-from corral.http._cancel import Hungup
 from corral.http._errors import error_body
 
 __all__ = ["NDJSON", "Listener", "NdjsonRun", "event_line"]
@@ -55,12 +54,18 @@ class NdjsonRun(Response):
 
     def __init__(
         self,
-        run: Callable[[Listener, Receive], Awaitable[ExecutionResult | Hungup]],
+        run: Callable[[Listener, anyio.Event], Awaitable[ExecutionResult]],
         render: Callable[[ExecutionResult], Mapping[str, Any]],
+        *,
+        abandon: bool,
+        also: anyio.Event | None = None,
     ) -> None:
+        """``run(listener, hangup)`` runs the code; the rest as for ``until_hangup``."""
         super().__init__(media_type=NDJSON)
         self._run = run
         self._render = render
+        self._abandon = abandon
+        self._also = also
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [
@@ -71,19 +76,38 @@ class NdjsonRun(Response):
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         # Unbounded only in count: every event is already within the run's ceilings.
         lines, pending = anyio.create_memory_object_stream[bytes](math.inf)
+        hangup = anyio.Event()
+        finished = done = False
 
         def listen(event: OutputEvent) -> None:
             # Closed: the run already ended, or nobody reads any more.
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                 lines.send_nowait(event_line(event))
 
-        async def produce() -> None:
-            with lines:
-                last = await self._finish(listen, receive)
-                if last is not None:
+        # The hang-up watcher lives in this task group (see _cancel.py for why and how).
+        async with anyio.create_task_group() as tg, pending:
+
+            async def watch() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                hangup.set()
+                if self._abandon:
+                    tg.cancel_scope.cancel()
+
+            async def relay(event: anyio.Event) -> None:
+                await event.wait()
+                hangup.set()
+
+            async def produce() -> None:
+                nonlocal finished
+                with lines:
+                    last = await self._finish(listen, hangup)
+                    finished = True
                     lines.send_nowait(last)
 
-        async with anyio.create_task_group() as tg, pending:
+            tg.start_soon(watch)
+            if self._also is not None:
+                tg.start_soon(relay, self._also)
             tg.start_soon(produce)
             async for first in pending:
                 batch = [first]
@@ -92,13 +116,18 @@ class NdjsonRun(Response):
                         batch.append(pending.receive_nowait())
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
+                done = finished and pending.statistics().current_buffer_used == 0
                 body = b"".join(batch)
-                await send({"type": "http.response.body", "body": body, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                await send({"type": "http.response.body", "body": body, "more_body": not done})
+                if done:
+                    break
+            tg.cancel_scope.cancel()  # the watcher: the answer is complete
+        if not done and not hangup.is_set():
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _finish(self, listen: Listener, receive: Receive) -> bytes | None:
+    async def _finish(self, listen: Listener, hangup: anyio.Event) -> bytes:
         try:
-            result = await self._run(listen, receive)
+            result = await self._run(listen, hangup)
         except StarletteHTTPException as exc:
             default = "not_found" if exc.status_code == 404 else "error"
             kind = getattr(exc, "kind", None) or default
@@ -106,6 +135,4 @@ class NdjsonRun(Response):
         except Exception:
             logger.exception("streamed run failed")
             return _line({"type": "error", **error_body("internal", "Internal error")})
-        if isinstance(result, Hungup):
-            return None  # the client is gone: nothing more to say
         return _line({"type": "result", "result": self._render(result)})
