@@ -182,3 +182,10 @@ async def test_session_timeout_is_honoured(client: httpx.AsyncClient) -> None:
     result = (await client.post("/v1/execute", json=body)).json()
     assert result["outcome"] == "timeout"
     assert result["evidence"]["limits"]["timeout"] == 0.5
+
+
+async def test_a_body_over_the_limit_is_a_json_413(client: httpx.AsyncClient) -> None:
+    limit = Config().max_request_bytes
+    response = await client.post("/v1/execute", content=b'{"code": "' + b"x" * limit + b'"}')
+    assert response.status_code == 413
+    assert response.json() == {"error": {"type": "too_large", "message": "Request body too large"}}
