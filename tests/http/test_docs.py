@@ -9,8 +9,10 @@ import httpx
 import jsonschema
 import pytest
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
 
+from corral._config import Config
+from corral.engine import Engine
+from corral.http import create_app
 from tests.http.httpkit import OPS, client_for, open_session, post
 
 pytestmark = pytest.mark.anyio
@@ -64,17 +66,48 @@ def _body_schema(spec: dict[str, Any], path: str) -> dict[str, Any]:
     return schema
 
 
-async def test_every_route_has_request_and_response_schemas(gateway_app: FastAPI) -> None:
+GATEWAY_ROUTES = [
+    *(("post", f"{OPS}/{op}") for op in DIAL_OPS),
+    ("post", "/v1/execute"),
+    ("get", "/v1/bucket"),
+    ("put", "/v1/files/{bucket}/{path}"),
+    ("get", "/v1/files/{bucket}/{path}"),
+    ("delete", "/v1/files/{bucket}/{path}"),
+    ("get", "/health"),
+    ("get", "/metrics"),
+]
+CONTAINER_ROUTES = [
+    ("get", "/health"),
+    ("post", "/execute_code"),
+    ("post", "/upload_file"),
+    ("post", "/download_file"),
+    ("post", "/list_files"),
+    ("get", "/metrics"),
+]
+
+
+def _check_routes(spec: dict[str, Any], routes: list[tuple[str, str]]) -> None:
+    documented = {(m, p) for p, ops in spec["paths"].items() for m in ops}
+    assert documented == set(routes)
+    for method, path in routes:
+        operation = spec["paths"][path][method]
+        assert operation["responses"]["200"], (method, path)
+        if method in ("post", "put"):
+            assert operation["requestBody"]["content"], (method, path)
+        for status, answer in operation["responses"].items():
+            if status != "200" and status != "401":
+                assert answer.get("content"), (method, path, status)
+
+
+async def test_every_route_has_request_and_response_schemas(
+    gateway_app: FastAPI, engine: Engine, container_config: Config
+) -> None:
     spec = await _spec(gateway_app)
-    routes = [r for r in gateway_app.routes if isinstance(r, APIRoute) and r.include_in_schema]
-    for route in routes:
-        path = re.sub(r":path}", "}", route.path)
-        assert path in spec["paths"], path
-        for method in route.methods or ():
-            operation = spec["paths"][path][method.lower()]
-            assert "200" in operation["responses"], (method, path)
-            if method in ("POST", "PUT"):
-                assert operation["requestBody"]["content"], (method, path)
+    _check_routes(spec, GATEWAY_ROUTES)
+    container_spec = await _spec(create_app(engine, container_config))
+    _check_routes(container_spec, CONTAINER_ROUTES)
+    upload = container_spec["paths"]["/upload_file"]["post"]["requestBody"]["content"]
+    assert "multipart/form-data" in upload
     for op in DIAL_OPS:
         schema = _body_schema(spec, f"{OPS}/{op}")
         if "$ref" in schema:

@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict
 
 __all__ = [
     "BucketResponse",
+    "ContainerHealth",
+    "Detail",
     "DialExecuteResponse",
     "DialFileResponse",
     "DialFilesResponse",
@@ -153,6 +155,16 @@ class DialFilesResponse(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     files: list[DialFileResponse]
+
+
+class ContainerHealth(BaseModel):
+    status: Literal["HEALTHY"]
+
+
+class Detail(BaseModel):
+    """The interpreter container's errors (dial-api.md §4.2)."""
+
+    detail: str
 
 
 class BucketResponse(BaseModel):
