@@ -139,3 +139,16 @@ async def test_busy_is_retried_a_bounded_number_of_times(tmp_path: Path) -> None
             assert busy.value.retry_after == 1.0
             assert engine.statistics().runs_by_outcome.get("busy", 0) == before + 2
             tg.cancel_scope.cancel()  # hanging up frees the worker
+
+
+def _readme_example() -> str:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Python client", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+async def test_the_readme_example_runs(base_url: str) -> None:
+    code = _readme_example().replace("http://127.0.0.1:8000", base_url)
+    namespace: dict[str, object] = {"api_key": ALICE}
+    await anyio.to_thread.run_sync(lambda: exec(code, namespace))  # noqa: S102 - our own README
+    assert namespace["made"].read_file("a.csv") == b"x\n"  # type: ignore[attr-defined]
