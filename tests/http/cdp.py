@@ -64,6 +64,12 @@ class Page:
             " addEventListener('load', () => r()))"
         )
 
+    async def choose_file(self, selector: str, path: str) -> None:
+        """Pick ``path`` in the file input ``selector``, as a user would in the dialog."""
+        root = (await self.call("DOM.getDocument"))["root"]["nodeId"]
+        node = (await self.call("DOM.querySelector", nodeId=root, selector=selector))["nodeId"]
+        await self.call("DOM.setFileInputFiles", files=[path], nodeId=node)
+
     async def type(self, selector: str, text: str) -> None:
         """Focus ``selector`` and type ``text`` as keyboard input."""
         await self.evaluate(f"document.querySelector({json.dumps(selector)}).focus()")

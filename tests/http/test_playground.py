@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
@@ -105,8 +106,20 @@ async def test_html_from_user_code_cannot_script_the_page(gateway_app: FastAPI) 
         assert await page.evaluate("document.querySelector('#x')") is None  # never injected
 
 
+async def _files_once(page: Page, name: str) -> str:
+    """The file list's text once it names ``name``."""
+    found = await page.evaluate(
+        "new Promise(r => { const f = document.getElementById('files');"
+        f" const has = () => f.textContent.includes({json.dumps(name)});"
+        " if (has()) return r(f.textContent);"
+        " new MutationObserver(() => has() && r(f.textContent))"
+        ".observe(f, {childList: true, subtree: true}); })"
+    )
+    return str(found)
+
+
 @needs_browser
-async def test_a_session_keeps_state_and_files(gateway_app: FastAPI) -> None:
+async def test_a_session_keeps_state_and_files(gateway_app: FastAPI, tmp_path: Path) -> None:
     async with live(gateway_app) as base_url, browser_page() as page:
         await page.navigate(base_url + "/")
         await page.type("#key", ALICE)
@@ -119,12 +132,14 @@ async def test_a_session_keeps_state_and_files(gateway_app: FastAPI) -> None:
         assert (await _run(page, "n = 5")).startswith("ok")
         assert (await _run(page, "open('kept.txt', 'w').write('x' * n)\nn * 2")).startswith("ok")
         assert await page.evaluate("document.getElementById('result').textContent") == "10"
-        files = await page.evaluate(
-            "new Promise(r => { const f = document.getElementById('files');"
-            " if (f.textContent) return r(f.textContent);"
-            " new MutationObserver(() => r(f.textContent)).observe(f, {childList: true}); })"
-        )
-        assert files == "kept.txt (5 bytes)"
+        assert await _files_once(page, "kept.txt") == "kept.txt (5 bytes)"
+        upload = tmp_path / "mine.csv"
+        upload.write_text("a\n1\n2\n")
+        await page.choose_file("#upload", str(upload))
+        assert await _files_once(page, "mine.csv") == "kept.txt (5 bytes)mine.csv (6 bytes)"
+        code = "import pandas as pd\nint(pd.read_csv('mine.csv').a.sum()) + n"
+        assert (await _run(page, code)).startswith("ok")
+        assert await page.evaluate("document.getElementById('result').textContent") == "8"
 
 
 async def test_the_playground_is_gateway_only(engine: Engine, container_config: Config) -> None:
