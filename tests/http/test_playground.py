@@ -82,6 +82,11 @@ async def test_type_run_and_see_output_and_a_plot(gateway_app: FastAPI) -> None:
         assert await page.evaluate("document.getElementById('files').textContent") == (
             "out.txt (4 bytes)"
         )
+        downloaded = await page.evaluate(
+            "(async () => { const a = document.querySelector('#files a');"
+            " return [a.download, await (await fetch(a.href)).text()]; })()"
+        )
+        assert downloaded == ["out.txt", "made"]
 
 
 @needs_browser
