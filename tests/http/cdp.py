@@ -56,8 +56,10 @@ class Page:
             raise RuntimeError(answer["exceptionDetails"])
         return answer["result"].get("value")
 
-    async def navigate(self, url: str) -> None:
+    async def navigate(self, url: str, *, bypass_csp: bool = False) -> None:
+        """Load ``url``; ``bypass_csp`` lets the test's own scripts read blob: URLs."""
         await self.call("Page.enable")
+        await self.call("Page.setBypassCSP", enabled=bypass_csp)
         await self.call("Page.navigate", url=url)
         await self.evaluate(
             "new Promise(r => document.readyState === 'complete' ? r() :"
