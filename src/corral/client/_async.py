@@ -105,17 +105,17 @@ class AsyncClient:
 
     async def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         """One call, retried on an explicit busy answer; raises corral errors."""
-        for attempt in range(self._retries + 1):
+        attempt = 0
+        while True:
             try:
                 response = await self._http.request(method, url, **kwargs)
             except httpx.HTTPError as exc:
                 raise transport_error(exc) from exc
-            if is_busy(response) and attempt < self._retries:
-                await anyio.sleep(retry_delay(response))
-                continue
-            raise_for_status(response)
-            return response
-        raise AssertionError("unreachable")  # pragma: no cover
+            if not is_busy(response) or attempt == self._retries:
+                raise_for_status(response)
+                return response
+            attempt += 1
+            await anyio.sleep(retry_delay(response))
 
     async def _execute(
         self,
@@ -136,15 +136,16 @@ class AsyncClient:
             options["timeout"] = wait
         if not stream:
             return parse_result(_json(await self.request("POST", "/v1/execute", **options)))
-        for attempt in range(self._retries + 1):
+        attempt = 0
+        while True:
             result = await self._stream(options, on_stdout, on_stderr)
             busy = busy_result(result)
             if busy is None:
                 return result
             if attempt == self._retries:
                 raise busy
+            attempt += 1
             await anyio.sleep(busy.retry_after or 0)
-        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _stream(
         self, options: dict[str, Any], on_stdout: TextSink | None, on_stderr: TextSink | None
