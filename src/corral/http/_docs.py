@@ -118,7 +118,9 @@ class ExecuteResponse(BaseModel):
 
 
 class HealthResponse(BaseModel):
-    status: Literal["HEALTHY"]
+    status: Literal["HEALTHY", "UNHEALTHY"]
+    reason: str | None = None
+    """Why the server cannot run code now (``UNHEALTHY``, answered with 503)."""
     capacity: int
     running: int
     queued: int

@@ -36,7 +36,7 @@ from corral.http._models import (
 )
 from corral.http._multipart import MultipartReader
 from corral.http._responses import json_response
-from corral.http._sessions import not_found
+from corral.http._sessions import listing_headers, not_found
 from corral.http._state import SessionAPI, State, caller_of, require_caller, state_of
 from corral.http._transfers import (
     check_file_path,
@@ -133,10 +133,11 @@ async def list_files(request: Request) -> Response:
     session_id = _session_id(await parse_body(request, SessionBody))
     session = state.registry.lookup(caller.owner, session_id)
     try:
-        files = await session.list_files()
+        files = await session.list_files(max_entries=state.config.list_max_entries)
     except (SessionNotFound, SessionClosed):
         not_found(session_id)
-    return json_response({"files": [{"path": f.path, "size": f.size} for f in files]})
+    body = {"files": [{"path": f.path, "size": f.size} for f in files]}
+    return json_response(body, headers=listing_headers(files))
 
 
 @router.post(
@@ -244,10 +245,12 @@ async def execute_code(request: Request) -> Response:
     code = body.code
     if body.sessionId is None and not body.inputFiles and not body.outputFiles:
         # No files to move: a one-shot worker is a temporary session that costs less.
-        ran = await until_hangup(request.receive, lambda _: state.engine.run(code), abandon=True)
+        ran = await until_hangup(
+            request.receive, lambda _: state.engine.run(code, tenant=caller.owner), abandon=True
+        )
         return Response() if isinstance(ran, Hungup) else _answer(state, ran)
     if body.sessionId is None:
-        async with state.registry.temporary() as temporary:
+        async with state.registry.temporary(caller.owner) as temporary:
             return _answered(
                 await until_hangup(
                     request.receive, lambda hangup: _execute(state, caller, temporary, body, hangup)
@@ -283,7 +286,7 @@ async def _execute(
     for item in body.inputFiles or ():
         target_path, stored = await prepare_input(state, caller, item)
         await transfer_input(state, session, target_path, stored)
-    result = await session.run(body.code, cancel=cancel)
+    result = await session.run(body.code, cancel=cancel, tenant=caller.owner)
     if result.outcome != "busy":
         for output in body.outputFiles or ():
             source_path, target = check_output(caller, output)

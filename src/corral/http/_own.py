@@ -123,10 +123,14 @@ async def execute(request: Request) -> Response:
 
     async def run(on_output: Listener | None, hangup: anyio.Event) -> ExecutionResult:
         if session is None or body.sessionId is None:
-            return await state.engine.run(body.code, limits=limits, on_output=on_output)
+            return await state.engine.run(
+                body.code, limits=limits, on_output=on_output, tenant=caller.owner
+            )
         registry, owner, session_id = state.registry, caller.owner, body.sessionId
         try:
-            result = await session.run(body.code, limits=limits, cancel=hangup, on_output=on_output)
+            result = await session.run(
+                body.code, limits=limits, cancel=hangup, on_output=on_output, tenant=owner
+            )
         except Exception as exc:
             if registry.is_closed(owner, session, session_id):
                 raise _gone(session_id) from exc
@@ -158,9 +162,13 @@ def _gone(session_id: str) -> ApiError:
     return ApiError(404, f"Session is not found: {session_id}", field="sessionId")
 
 
-@router.get("/health", response_model=HealthResponse)
+@router.get(
+    "/health",
+    response_model=HealthResponse,
+    responses={503: {"model": HealthResponse, "description": "Up, but unable to run code now"}},
+)
 async def health(request: Request) -> Response:
-    """Healthy while the engine runs, with its load (no key needed)."""
+    """Healthy while the engine runs, with its load; 503 and the reason while it cannot run."""
     stats = state_of(request).engine.statistics()
     load = {
         "capacity": stats.capacity,
@@ -169,6 +177,11 @@ async def health(request: Request) -> Response:
         "sessions": stats.sessions,
         "pool_ready": stats.pool_ready,
     }
+    unavailable = getattr(stats, "unavailable", "")
+    if unavailable:
+        # Up, but unable to run code until the zygote is back: the balancer should look away.
+        body = {"status": "UNHEALTHY", "reason": unavailable, **load}
+        return json_response(body, 503, headers={"Retry-After": RETRY_AFTER})
     return json_response({"status": "HEALTHY", **load})
 
 
