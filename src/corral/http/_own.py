@@ -8,6 +8,7 @@ its content type, as the DIAL routes do.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -75,8 +76,14 @@ def render_result(result: ExecutionResult, *, return_files: bool = False) -> dic
 
 
 def _parse(raw: bytes) -> ExecuteRequest:
+    # json.loads, as FastAPI reads bodies: a lone surrogate in valid JSON reaches the engine,
+    # which answers it as invalid_input, rather than reading as a JSON syntax error.
     try:
-        return ExecuteRequest.model_validate_json(raw or b"null")
+        data = json.loads(raw or b"null")
+    except (ValueError, RecursionError) as exc:
+        raise ApiError(422, f"the body is not valid JSON ({exc})") from None
+    try:
+        return ExecuteRequest.model_validate(data)
     except ValidationError as exc:
         message, field = describe_invalid(exc)
         raise ApiError(422, message, field=field) from None
