@@ -8,15 +8,17 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import anyio
 import anyio.abc
 
 import corral
 from corral._limits import DEFAULT_LIMITS, Limits
+from corral.engine._feed import check_feed, feed_fields
 from corral.engine._inputs import Input, RunEventSink
 from corral.engine._job import Job, request_for, validate_request, watch_cancel
 from corral.engine._outcome import build_result
@@ -226,6 +228,9 @@ class Engine:
         limits: Limits | None = None,
         on_event: RunEventSink | None = None,
         cancel: anyio.Event | None = None,
+        stdin: bytes | None = None,
+        files: Mapping[str, bytes] | None = None,
+        queue_timeout: float | None = None,
     ) -> ExecutionResult:
         """Run ``code`` once in a fresh worker.
 
@@ -235,6 +240,12 @@ class Engine:
             limits: bounds for this call; the engine's default when None.
             on_event: receives metadata-only lifecycle events.
             cancel: set it to stop the run; the result then has outcome ``cancelled``.
+            stdin: the program's standard input, then EOF; None: EOF at once, and ``input()``
+                fails saying there is no stdin.
+            files: relative path to content, written into the working folder first.
+            queue_timeout: seconds the run may wait for a worker; the run's own
+                ``limits.timeout`` then starts once it has one. A run still waiting then has
+                outcome ``busy``. None: queue, start and run share ``limits.timeout``.
 
         Raises:
             EngineClosed: the engine is not running.
@@ -243,12 +254,14 @@ class Engine:
         limits = limits or self.limits
         started = time.perf_counter()
         evidence = self.evidence(code, inputs, limits)
-        problem = validate_request(code, inputs, limits)
+        problem = validate_request(code, inputs, limits) or check_feed(stdin, files or {}, limits)
         if problem:
             self._outcomes["invalid_input"] += 1
             return self.refuse("invalid_input", problem, evidence, started)
         job = Job(started, limits, on_event)
-        deadline = anyio.current_time() + limits.timeout
+        budget = limits.timeout if queue_timeout is None else queue_timeout
+        deadline = anyio.current_time() + budget
+        feed = feed_fields(stdin, files or {})
         result: ExecutionResult | None = None
         try:
             with anyio.CancelScope(deadline=deadline) as scope:
@@ -256,12 +269,17 @@ class Engine:
                     try:
                         async with self._scheduler.slot(on_queued=job.queued):
                             job.admitted()
-                            result = await self._one_shot(job, code, inputs, evidence)
+                            if queue_timeout is not None:
+                                scope.deadline = anyio.current_time() + limits.timeout
+                            result = await self._one_shot(job, code, inputs, evidence, feed)
                     except Busy as exc:
                         result = self.refuse("busy", str(exc), evidence, started)
         except anyio.get_cancelled_exc_class():
             self._outcomes["cancelled"] += 1  # the caller's own scope: it gets no result
             raise
+        if result is None and queue_timeout is not None and job.admitted_at is None:
+            message = f"no worker became free within {queue_timeout:g} s; try again"
+            result = self.refuse("busy", message, evidence, started)
         if result is None:
             outcome: Outcome = "cancelled" if job.cancelled_explicitly else "timeout"
             message = (
@@ -275,7 +293,12 @@ class Engine:
         return result
 
     async def _one_shot(
-        self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
+        self,
+        job: Job,
+        code: str,
+        inputs: Sequence[Input],
+        evidence: Evidence,
+        feed: dict[str, Any] | None = None,
     ) -> ExecutionResult:
         zygote = self._full
         if self._lean is not None and not inputs and stdlib_only(code):
@@ -300,7 +323,9 @@ class Engine:
         except WorkerError as exc:
             return job.stopped("worker_error", f"no worker could be started: {exc}", evidence)
         try:
-            return await self.execute_on(worker, job, code, inputs, evidence, session=False)
+            return await self.execute_on(
+                worker, job, code, inputs, evidence, session=False, feed=feed
+            )
         finally:
             job.drain(worker)
             worker.close()
@@ -314,10 +339,13 @@ class Engine:
         evidence: Evidence,
         *,
         session: bool,
+        feed: dict[str, Any] | None = None,
     ) -> ExecutionResult:
         """Send one request to ``worker`` and build the result (shared with sessions)."""
         job.worker = worker
         request = request_for(code, inputs, job.limits, anyio.current_effective_deadline())
+        if feed:
+            request.update(feed)
         if inputs:
             files: list[tuple[str, bytes]] = []
             for item in inputs:

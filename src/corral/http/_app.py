@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import FastAPI
 
 import corral
 from corral._config import Config
 from corral.errors import ConfigError
-from corral.http import _container, _files_api, _gateway, _own
+from corral.http import _container, _files_api, _gateway, _own, _sandboxfusion
 from corral.http._auth import Keyring
 from corral.http._body import BodyLimit
 from corral.http._errors import install_error_handlers
@@ -44,8 +46,10 @@ def create_app(engine: EngineAPI, config: Config) -> FastAPI:
         store = FileStore(config.data_dir / "files")
         registry = Registry(engine, config.max_sessions_per_key)
         state.gateway = Gateway(keyring=keyring, store=store, registry=registry)
-        for router in (_gateway.router, _files_api.router, _own.router):
+        for router in (_gateway.router, _files_api.router, _own.router, _sandboxfusion.router):
             app.include_router(router)
+        if config.open_run_code:
+            logging.getLogger("corral.http").warning(_sandboxfusion.OPEN_WARNING)
     else:
         state.container = _container.ContainerSession(engine)
         app.include_router(_container.router)

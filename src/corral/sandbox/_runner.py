@@ -23,7 +23,7 @@ import types
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from corral.sandbox import _isolate
+from corral.sandbox import _feed, _isolate
 from corral.sandbox._cell import Display, execute_cell
 from corral.sandbox._protocol import encode_bytes, encode_json, read_frame_sync, write_frames_sync
 
@@ -174,6 +174,8 @@ def _serve_one(request: dict[str, Any], namespace: dict[str, Any], cwd: str, ses
         session=session,
     )
     os.chdir(cwd)
+    if not session:
+        _feed.feed(request, cwd)
     namespace["input_files"], namespace["input_assets"] = _inputs(request.get("inputs", []))
     DISPLAY.reset(int(limits["max_display"]), int(limits["display_bytes"]))
     write_frames_sync(PROTOCOL_FD, encode_json({"t": "started"}))
