@@ -9,7 +9,7 @@ import pytest
 
 import corral
 
-PACKAGES = ["corral.engine", "corral.sandbox", "corral.http", "corral.cli"]
+PACKAGES = ["corral.engine", "corral.sandbox", "corral.http", "corral.cli", "corral.batch"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
