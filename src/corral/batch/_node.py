@@ -32,7 +32,9 @@ class NodeEngine:
 
     async def _keep(self, ready: asyncio.Future[None], stop: asyncio.Event) -> None:
         try:
-            async with Engine(capacity=self.capacity, queue_size=window_for(self.capacity)) as e:
+            # The driver sends at most a window per node; room to spare for its retries.
+            queue = 2 * window_for(self.capacity)
+            async with Engine(capacity=self.capacity, queue_size=queue) as e:
                 self._engine = e
                 ready.set_result(None)
                 await stop.wait()

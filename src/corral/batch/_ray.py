@@ -84,6 +84,8 @@ class _Cluster:
             raise ConfigError("the Ray cluster has no alive node")
         ray.get([n.actor.start.remote() for n in self.nodes], timeout=_START_TIMEOUT)
         self.running: dict[Any, tuple[_Slot, _Node]] = {}
+        self.waiting: deque[_Slot] = deque()
+        """Items (new or retried) waiting for a node with room."""
 
     @property
     def room(self) -> int:
@@ -94,17 +96,27 @@ class _Cluster:
         return any(n.alive for n in self.nodes)
 
     def submit(self, slot: _Slot) -> None:
-        assert isinstance(slot.item, BatchItem)
-        live = [n for n in self.nodes if n.alive]
-        if not live:
-            result = ExecutionResult(
-                outcome="worker_error", message="every Ray node running corral has died"
-            )
-            slot.record = record_for(slot.item.id, result, "")
-            return
-        node = max(live, key=lambda n: n.room)
-        node.in_flight += 1
-        self.running[node.actor.run.remote(slot.item.as_dict())] = (slot, node)
+        """Send the slot's item to the least loaded node, or keep it until one has room."""
+        self.waiting.append(slot)
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        while self.waiting:
+            node = max(self.nodes, key=lambda n: n.room)
+            if not self.alive:
+                slot = self.waiting.popleft()
+                assert isinstance(slot.item, BatchItem)
+                result = ExecutionResult(
+                    outcome="worker_error", message="every Ray node running corral has died"
+                )
+                slot.record = record_for(slot.item.id, result, "")
+                continue
+            if node.room <= 0:
+                return
+            slot = self.waiting.popleft()
+            assert isinstance(slot.item, BatchItem)
+            node.in_flight += 1
+            self.running[node.actor.run.remote(slot.item.as_dict())] = (slot, node)
 
     def collect(self) -> None:
         """Wait for at least one run to finish and file every finished one."""
@@ -118,7 +130,8 @@ class _Cluster:
             except self._exceptions as exc:
                 self._lost(node, exc)
                 slot.retries.append({"node": node.id, "error": type(exc).__name__})
-                self.submit(slot)
+                self.waiting.appendleft(slot)  # first in line: later items wait for it
+        self.dispatch()
 
     def _lost(self, node: _Node, exc: BaseException) -> None:
         if node.alive:
@@ -168,7 +181,12 @@ def _pump(cluster: _Cluster, entries: Iterable[Any]) -> Iterator[Record]:
     source = iter(entries)
     exhausted = False
     while True:
-        while not exhausted and cluster.room > 0 and len(pending) < most_pending:
+        while (
+            not exhausted
+            and not cluster.waiting
+            and cluster.room > 0
+            and len(pending) < most_pending
+        ):
             raw = next(source, _END)
             if raw is _END:
                 exhausted = True
@@ -180,7 +198,7 @@ def _pump(cluster: _Cluster, entries: Iterable[Any]) -> Iterator[Record]:
             return
         if cluster.running:
             cluster.collect()
-        elif not cluster.alive:
+        elif not cluster.alive and not exhausted:
             # No node is left: what remains gets worker_error records, in order.
             pending.extend(_start(cluster, raw) for raw in source)
             exhausted = True
