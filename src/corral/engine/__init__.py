@@ -18,6 +18,7 @@ from corral.engine._result import (
     Outcome,
 )
 from corral.engine._session import Session
+from corral.engine._stream import OutputEvent, OutputListener
 
 __all__ = [
     "Engine",
@@ -30,6 +31,8 @@ __all__ = [
     "InputEvidence",
     "Omitted",
     "Outcome",
+    "OutputEvent",
+    "OutputListener",
     "RunEvent",
     "RunEventSink",
     "Session",
