@@ -103,3 +103,35 @@ def test_resume_needs_an_output_and_a_missing_input_is_exit_2(tmp_path: Path) ->
         [CORRAL, "batch", str(tmp_path / "nope.jsonl")], capture_output=True, check=False
     )
     assert missing.returncode == 2
+
+
+def test_a_terminal_gets_a_progress_bar_with_rate_and_eta(tmp_path: Path) -> None:
+    import os
+    import pty
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": i, "code": "pass"}) + "\n" for i in range(20)))
+    leader, follower = pty.openpty()
+    with subprocess.Popen(
+        [CORRAL, "batch", str(source), "-o", str(tmp_path / "out.jsonl")],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=follower,
+        env={**os.environ, "COLUMNS": "120", "TERM": "xterm"},
+    ) as process:
+        os.close(follower)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the pty closes when the process exits
+                break
+            if not chunk:
+                break
+            drawn += chunk
+        assert process.wait(timeout=120) == 0
+    os.close(leader)
+    text = drawn.decode(errors="replace")
+    assert "20/20" in text
+    assert "runs/s" in text
+    assert "0:00:00" in text  # elapsed and remaining columns
