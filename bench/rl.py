@@ -8,8 +8,6 @@ through, in one run on this machine:
 
 * ``POST /run_code``, one request per case, ``--concurrency`` clients (verl's thread pool is at
   least 32), against a server process (this script with ``--serve``) on 127.0.0.1;
-* the same with the lean zygote preloaded with the harness's modules (``--preload-harness``),
-  to measure what import prewarming buys the same-code-many-cases workload;
 * ``POST /run_code_batch``, one request per problem (50 cases each), same client concurrency;
 * ``corral batch`` on a JSONL file of every case (its rate after engine start-up);
 * ``python3 -I -c`` per case at the same concurrency: no isolation, the floor any
@@ -30,21 +28,30 @@ sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != _HERE] + [str(_
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import resource  # noqa: E402
 import secrets  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
-from collections.abc import Awaitable, Callable  # noqa: E402
+from collections.abc import AsyncIterator, Awaitable, Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
 import anyio  # noqa: E402
 import httpx  # noqa: E402
-from _common import Samples, fmt, machine_summary, render_table  # noqa: E402
+from _common import (  # noqa: E402
+    Samples,
+    children,
+    fmt,
+    machine_summary,
+    proc_cpu_ms,
+    render_table,
+)
 
 CASES_PER_PROBLEM = 50
 HARNESS_MODULES = (
@@ -52,7 +59,6 @@ HARNESS_MODULES = (
     *("statistics", "itertools", "functools", "operator", "io", "sys", "json", "builtins"),
     "typing",
 )
-PRELOADABLE = tuple(m for m in HARNESS_MODULES if m not in ("builtins", "sys", "io"))
 
 
 def harness(solution: str, fn_name: str) -> str:
@@ -130,12 +136,36 @@ class Row:
     name: str
     cases: int = 0
     seconds: float = 0.0
+    cpu_ms: float = 0.0
+    """CPU of everything the path ran (server, zygotes, workers, or the subprocesses)."""
     latency: Samples = field(default_factory=lambda: Samples("latency"))
     errors: Counter[str] = field(default_factory=Counter)
 
     @property
     def rate(self) -> float:
         return self.cases / self.seconds if self.seconds else float("nan")
+
+    @property
+    def cpu_per_case(self) -> float:
+        return self.cpu_ms / self.cases if self.cases else float("nan")
+
+    def add(self, other: Row) -> None:
+        self.cases += other.cases
+        self.seconds += other.seconds
+        self.cpu_ms += other.cpu_ms
+        self.latency.values.extend(other.latency.values)
+        self.errors.update(other.errors)
+
+
+def tree_cpu_ms(pid: int) -> float:
+    """CPU of ``pid``, its reaped descendants and its live ones."""
+    own, waited = proc_cpu_ms(pid)
+    return own + waited + sum(tree_cpu_ms(child) for child in children(pid))
+
+
+def children_cpu_ms() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) * 1000.0
 
 
 def _verdict(body: dict[str, Any], expected: str) -> str:
@@ -161,7 +191,9 @@ async def _gather(jobs: list[Callable[[], Awaitable[None]]], concurrency: int) -
     return time.perf_counter() - started
 
 
-async def bench_run_code(url: str, work: list[Problem], concurrency: int, name: str) -> Row:
+async def bench_run_code(
+    url: str, pid: int, work: list[Problem], concurrency: int, name: str
+) -> Row:
     row = Row(name)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
@@ -186,12 +218,14 @@ async def bench_run_code(url: str, work: list[Problem], concurrency: int, name: 
         await _gather(warm, concurrency)
         row.latency.values.clear()
         row.errors.clear()
+        cpu = tree_cpu_ms(pid)
         row.seconds = await _gather(jobs, concurrency)
+        row.cpu_ms = tree_cpu_ms(pid) - cpu
         row.cases = len(jobs)
     return row
 
 
-async def bench_batch_route(url: str, work: list[Problem], concurrency: int) -> Row:
+async def bench_batch_route(url: str, pid: int, work: list[Problem], concurrency: int) -> Row:
     row = Row(f"/run_code_batch ({CASES_PER_PROBLEM} cases per request)")
     async with httpx.AsyncClient(base_url=url, timeout=300) as client:
 
@@ -213,7 +247,9 @@ async def bench_batch_route(url: str, work: list[Problem], concurrency: int) -> 
 
             return go
 
+        cpu = tree_cpu_ms(pid)
         row.seconds = await _gather([job(p) for p in work], concurrency)
+        row.cpu_ms = tree_cpu_ms(pid) - cpu
         row.cases = sum(len(p.cases) for p in work)
     return row
 
@@ -233,13 +269,13 @@ def bench_corral_batch(work: list[Problem], capacity: int, folder: Path) -> Row:
     one.write_text(first + "\n")
     argv = [corral, "batch", "--concurrency", str(capacity), "-o", str(target)]
 
-    def timed(path: Path) -> float:
-        started = time.perf_counter()
+    def timed(path: Path) -> tuple[float, float]:
+        started, cpu = time.perf_counter(), children_cpu_ms()
         subprocess.run([*argv, str(path)], check=True, stderr=subprocess.DEVNULL)
-        return time.perf_counter() - started
+        return time.perf_counter() - started, children_cpu_ms() - cpu
 
-    start_up = timed(one)
-    total = timed(source)
+    start_up, start_up_cpu = timed(one)
+    total, total_cpu = timed(source)
     for line in target.read_text().splitlines():
         record = json.loads(line)
         row.latency.add(record["elapsed_ms"])
@@ -249,6 +285,7 @@ def bench_corral_batch(work: list[Problem], capacity: int, folder: Path) -> Row:
             row.errors["wrong answer"] += 1
     row.cases = len(expected)
     row.seconds = max(total - start_up, 1e-9)
+    row.cpu_ms = max(total_cpu - start_up_cpu, 0.0)
     return row
 
 
@@ -277,7 +314,9 @@ async def bench_subprocess(work: list[Problem], concurrency: int) -> Row:
         return go
 
     jobs = [job(p.code, s, e) for p in work for s, e in p.cases]
+    cpu = children_cpu_ms()
     row.seconds = await _gather(jobs, concurrency)
+    row.cpu_ms = children_cpu_ms() - cpu
     row.cases = len(jobs)
     return row
 
@@ -285,7 +324,7 @@ async def bench_subprocess(work: list[Problem], concurrency: int) -> Row:
 # the server ------------------------------------------------------------------------------
 
 
-def serve(port_file: Path, capacity: int, preload_harness: bool) -> None:
+def serve(port_file: Path, capacity: int) -> None:
     """The benchmark's server: one engine, gateway mode, /run_code open (``--serve``)."""
     import uvicorn
 
@@ -304,8 +343,6 @@ def serve(port_file: Path, capacity: int, preload_harness: bool) -> None:
         log_level="WARNING",
     )
     options = engine_options(config)
-    if preload_harness:
-        options["lean_preload"] = PRELOADABLE
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(256)
@@ -322,19 +359,19 @@ def serve(port_file: Path, capacity: int, preload_harness: bool) -> None:
     anyio.run(main)
 
 
-async def with_server(
-    folder: Path, capacity: int, preload: bool, body: Callable[[str], Awaitable[Row]]
-) -> Row:
+@contextlib.asynccontextmanager
+async def server(folder: Path, capacity: int) -> AsyncIterator[tuple[str, int]]:
+    """A ``--serve`` process; yields its URL and pid."""
     port_file = folder / f"port-{secrets.token_hex(4)}"
     argv = [sys.executable, __file__, "--serve", str(port_file), "--capacity", str(capacity)]
-    process = await anyio.open_process([*argv, *(["--preload-harness"] if preload else [])])
+    process = await anyio.open_process(argv)
     port = anyio.Path(port_file)
     async with process:
         try:
             with anyio.fail_after(120):
                 while not await port.exists() or not await port.read_text():  # noqa: ASYNC110
                     await anyio.sleep(0.05)
-            return await body(f"http://127.0.0.1:{await port.read_text()}")
+            yield f"http://127.0.0.1:{await port.read_text()}", process.pid
         finally:
             process.terminate()
             with anyio.fail_after(30):
@@ -342,52 +379,73 @@ async def with_server(
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
-    work = problems(args.problems)
+    """Every path on every round's share of the problems, interleaved, so that a machine
+    whose load changes during the run (other work on a shared box) weighs on all alike."""
+    work = problems(args.problems * args.rounds)
     c, k = args.concurrency, args.capacity
+    names = [
+        "/run_code",
+        f"/run_code_batch ({CASES_PER_PROBLEM} cases per request)",
+        "corral batch (after start-up)",
+        "python3 -I -c per case (no isolation)",
+    ]
+    totals = [Row(name) for name in names]
     with tempfile.TemporaryDirectory(prefix="corral-bench-rl-", dir=Path.cwd()) as tmp:
         folder = Path(tmp)
-        return [
-            await with_server(
-                folder, k, False, lambda url: bench_run_code(url, work, c, "/run_code")
-            ),
-            await with_server(
-                folder,
-                k,
-                True,
-                lambda url: bench_run_code(url, work, c, "/run_code (harness preloaded)"),
-            ),
-            await with_server(folder, k, False, lambda url: bench_batch_route(url, work, c)),
-            bench_corral_batch(work, k, folder),
-            await bench_subprocess(work, c),
-        ]
+        async with server(folder, k) as plain:
+            for round_ in range(args.rounds):
+                share = work[round_ * args.problems : (round_ + 1) * args.problems]
+                rows = [
+                    await bench_run_code(*plain, share, c, names[0]),
+                    await bench_batch_route(*plain, share, c),
+                    bench_corral_batch(share, k, folder),
+                    await bench_subprocess(share, c),
+                ]
+                for total, row in zip(totals, rows, strict=True):
+                    total.add(row)
+    return totals
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--problems", type=int, default=8, help=f"{CASES_PER_PROBLEM} cases each")
+    parser.add_argument(
+        "--problems", type=int, default=4, help=f"per round, {CASES_PER_PROBLEM} cases each"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--concurrency", type=int, default=32, help="client concurrency")
     parser.add_argument("--capacity", type=int, default=os.cpu_count() or 1, help="workers")
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--preload-harness", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.capacity, args.preload_harness)
+        serve(args.serve, args.capacity)
         return
     rows = anyio.run(run, args)
     floor = rows[-1].rate
+    floor_cpu = rows[-1].cpu_per_case
     table = [
         [
             row.name,
             fmt(row.rate, 0),
             fmt(row.rate / floor, 1) + "x",
+            fmt(row.cpu_per_case, 1),
+            fmt(floor_cpu / row.cpu_per_case, 1) + "x",
             fmt(row.latency.p50, 1),
             fmt(row.latency.percentile(0.99), 1),
             ", ".join(f"{k} {v}" for k, v in sorted(row.errors.items())) or "none",
         ]
         for row in rows
     ]
-    headers = ["path", "cases/s", "vs subprocess", "p50 ms", "p99 ms", "errors"]
+    headers = [
+        "path",
+        "cases/s",
+        "vs subprocess",
+        "CPU ms/case",
+        "vs subprocess (CPU)",
+        "p50 ms",
+        "p99 ms",
+        "errors",
+    ]
     print(f"{rows[0].cases} cases, client concurrency {args.concurrency}, capacity "
           f"{args.capacity}; {machine_summary()}")  # fmt: skip
     print(render_table(headers, table, markdown=args.markdown))
