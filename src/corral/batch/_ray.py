@@ -157,12 +157,16 @@ def run_on_ray(
     (then it uses that cluster and leaves it connected).
 
     Raises:
-        ConfigError: Ray is not installed, or the cluster has no alive node.
+        ConfigError: Ray is not installed, the cluster cannot be reached or has no alive
+            node.
     """
     ray = _ray()
     connected_here = not ray.is_initialized()
     if connected_here:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        except ConnectionError as exc:
+            raise ConfigError(f"cannot reach the Ray cluster at {address!r}: {exc}") from exc
     cluster: _Cluster | None = None
     try:
         cluster = _Cluster(ray, concurrency)
