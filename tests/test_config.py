@@ -172,3 +172,20 @@ def test_every_field_has_a_docstring_and_a_source() -> None:
         assert f"    {field.name}: " in source
         if field.name != "raw_toml":
             assert field.name in _config._FIELDS
+
+
+def test_open_run_code_from_file_and_environment(tmp_path: Path) -> None:
+    assert Config.load(environ={}).open_run_code is False
+    path = tmp_path / "corral.toml"
+    path.write_text("[server]\nopen_run_code = true\n")
+    assert Config.load(flags={"config": str(path)}, environ={}).open_run_code is True
+    assert Config.load(environ={"CORRAL_OPEN_RUN_CODE": "1"}).open_run_code is True
+    assert Config.load(environ={"CORRAL_OPEN_RUN_CODE": "false"}).open_run_code is False
+    with pytest.raises(ConfigError, match="CORRAL_OPEN_RUN_CODE"):
+        Config.load(environ={"CORRAL_OPEN_RUN_CODE": "maybe"})
+    path.write_text('[server]\nopen_run_code = "yes"\n')
+    with pytest.raises(ConfigError, match="open_run_code"):
+        Config.load(flags={"config": str(path)}, environ={})
+    path.write_text("[server]\nport = true\n")
+    with pytest.raises(ConfigError, match="port"):
+        Config.load(flags={"config": str(path)}, environ={})
