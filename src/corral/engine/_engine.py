@@ -11,14 +11,13 @@ from collections import Counter
 from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
 
 import anyio
 import anyio.abc
 
 import corral
 from corral._limits import DEFAULT_LIMITS, Limits
-from corral.engine._feed import check_feed, feed_fields
+from corral.engine._feed import check_feed, fed
 from corral.engine._inputs import Input, RunEventSink
 from corral.engine._job import Job, request_for, validate_request, watch_cancel
 from corral.engine._outcome import build_result
@@ -265,7 +264,7 @@ class Engine:
         job = Job(started, limits, on_event, on_output)
         budget = limits.timeout if queue_timeout is None else queue_timeout
         deadline = anyio.current_time() + budget
-        feed = feed_fields(stdin, files or {})
+        feed = (stdin, files or {})
         result: ExecutionResult | None = None
         try:
             with anyio.CancelScope(deadline=deadline) as scope:
@@ -319,9 +318,9 @@ class Engine:
                 on_output=listener,
             )  # fmt: skip
 
-        return iterate(self.background(), start, cancel)
+        return iterate(self._background(), start, cancel)
 
-    def background(self) -> anyio.abc.TaskGroup:
+    def _background(self) -> anyio.abc.TaskGroup:
         """The engine's task group, for work that outlives one call (streamed runs)."""
         self._check_open()
         assert self._tg is not None
@@ -333,7 +332,7 @@ class Engine:
         code: str,
         inputs: Sequence[Input],
         evidence: Evidence,
-        feed: dict[str, Any] | None = None,
+        feed: tuple[bytes | None, Mapping[str, bytes]] = (None, {}),
     ) -> ExecutionResult:
         supply = self._full
         if self._lean is not None and not inputs and stdlib_only(code):
@@ -374,13 +373,12 @@ class Engine:
         evidence: Evidence,
         *,
         session: bool,
-        feed: dict[str, Any] | None = None,
+        feed: tuple[bytes | None, Mapping[str, bytes]] = (None, {}),
     ) -> ExecutionResult:
         """Send one request to ``worker`` and build the result (shared with sessions)."""
         job.worker = worker
         request = request_for(code, inputs, job.limits, anyio.current_effective_deadline())
-        if feed:
-            request.update(feed)
+        request = fed(request, *feed)
         if inputs:
             files: list[tuple[str, bytes]] = []
             for item in inputs:
@@ -388,12 +386,12 @@ class Engine:
                 if item.original is not None:
                     files.append((f"{item.id}.orig", item.original))
             try:
-                worker.write_inputs(files, uid=OUTER_ID, gid=OUTER_ID)
+                await worker.write_inputs(files, uid=OUTER_ID, gid=OUTER_ID)
             except OSError as exc:
                 return job.stopped("invalid_input", f"the inputs do not fit: {exc}", evidence)
         try:
             report: WorkerReport = await worker.execute(
-                request, job.capture.stdout, job.capture.stderr, job.executing
+                request, job.capture.stdout, job.capture.stderr, job.executing, job.displayed
             )
         except WorkerError as exc:
             job.drain(worker)
@@ -404,16 +402,12 @@ class Engine:
                 "ok",
                 job.capture,
                 job.limits,
-                report=report.done,
-                contents=report.contents,
+                report=report,
                 evidence=evidence,
                 **job.timing(),
             )
         except WorkerError as exc:
             return job.stopped("worker_error", f"the worker sent a bad report: {exc}", evidence)
-        if job.capture.tap is not None:
-            for bundle in result.display:
-                job.capture.tap.display(bundle)
         return result
 
     # sessions ----------------------------------------------------------------------------

@@ -1,24 +1,25 @@
 """What a one-shot run is fed besides its code: stdin bytes and files in its working folder.
 
-Checked here, once, against the run's limits, then carried in the run request (base64, since
-the request is JSON) to the worker, which writes them before the code starts
-(``corral.sandbox``'s feed).
+Checked here, once, against the run's limits, then carried in the run request
+(``RunRequest.stdin`` and ``.files``) to the worker, which writes them before the code starts.
 """
 
 from __future__ import annotations
 
-import base64
+import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
 from corral import _fs
 from corral._limits import Limits
 from corral.errors import InvalidPath
+from corral.sandbox import RunRequest
 
-__all__ = ["check_feed", "feed_fields"]
+__all__ = ["MAX_FEED_BYTES", "MAX_FEED_FILES", "check_feed", "fed"]
 
 MAX_FEED_FILES = 256
 """Files one run may be given: each is a system call or three before the code starts."""
+MAX_FEED_BYTES = 32 * 1024 * 1024
+"""stdin and files of one run together: they travel base64 in one request frame."""
 
 
 def check_feed(stdin: bytes | None, files: Mapping[str, bytes], limits: Limits) -> str:
@@ -34,20 +35,16 @@ def check_feed(stdin: bytes | None, files: Mapping[str, bytes], limits: Limits) 
         if len(data) > limits.file_bytes:
             return f"file {path!r} has {len(data)} bytes; the limit is {limits.file_bytes}"
         total += len(data)
-    if total > limits.work_bytes // 2:
-        # Half the run's /work and /tmp, so the program keeps room of its own.
-        return f"stdin and files add up to {total} bytes; the limit is {limits.work_bytes // 2}"
+    # At most half the run's /work and /tmp, so the program keeps room of its own.
+    bound = min(limits.work_bytes // 2, MAX_FEED_BYTES)
+    if total > bound:
+        return f"stdin and files add up to {total} bytes; the limit is {bound}"
     return ""
 
 
-def feed_fields(stdin: bytes | None, files: Mapping[str, bytes]) -> dict[str, Any]:
-    """The run request's ``stdin`` and ``files`` entries (absent when there is nothing)."""
-    fields: dict[str, Any] = {}
-    if files:
-        fields["files"] = [
-            {"path": str(_fs.validate_relpath(p)), "data": base64.b64encode(d).decode("ascii")}
-            for p, d in files.items()
-        ]
-    if stdin is not None:
-        fields["stdin"] = base64.b64encode(stdin).decode("ascii")
-    return fields
+def fed(request: RunRequest, stdin: bytes | None, files: Mapping[str, bytes]) -> RunRequest:
+    """``request`` carrying ``stdin`` and ``files`` (already checked by ``check_feed``)."""
+    if stdin is None and not files:
+        return request
+    placed = tuple((str(_fs.validate_relpath(p)), d) for p, d in files.items())
+    return dataclasses.replace(request, stdin=stdin, files=placed)

@@ -86,7 +86,6 @@ class WorkerSupply:
         limits = self._limits
         zygote = Zygote(
             preload=self.preload,
-            max_file_bytes=limits.max_file_bytes,
             static={
                 "work_bytes": limits.work_bytes,
                 "pids": limits.pids,

@@ -8,14 +8,12 @@ none keeps the closed stdin the runner set up.
 
 from __future__ import annotations
 
-import base64
 import builtins
 import contextlib
 import fcntl
 import io
 import os
 import sys
-from typing import Any
 
 __all__ = ["feed"]
 
@@ -76,19 +74,17 @@ def _place(path: str, data: bytes, cwd: str) -> None:
         os.close(fd)
 
 
-def feed(request: dict[str, Any], cwd: str) -> None:
-    """Place the request's ``files`` under ``cwd`` and bind its ``stdin`` (both base64).
+def feed(stdin: bytes | None, files: tuple[tuple[str, bytes], ...], cwd: str) -> None:
+    """Place ``files`` under ``cwd`` and bind ``stdin`` to fd 0 (when given).
 
     A file that cannot be written is reported on stderr, as a shell would, and the run goes
     on: the program then fails the way it would have without the file.
     """
-    for item in request.get("files") or ():
-        path = str(item["path"])
+    for path, data in files:
         try:
-            _place(path, base64.b64decode(item["data"]), cwd)
+            _place(path, data, cwd)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.write(2, f"corral: could not write {path}: {exc.strerror}\n".encode())
-    stdin = request.get("stdin")
     if stdin is not None:
-        _bind_stdin(base64.b64decode(stdin))
+        _bind_stdin(stdin)
