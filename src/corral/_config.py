@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from corral._limits import Limits
+from corral._uids import UidRange
 from corral.errors import ConfigError
 
 __all__ = ["ApiKey", "Config", "Mode"]
@@ -82,6 +83,9 @@ class Config:
     """Seconds after its last use when a session expires (DIAL's ``sessionTtl``)."""
     session_disk_bytes: int = 256 * _MIB
     """Disk quota of one session folder."""
+    uid_range: tuple[int, int] | None = None
+    """Host uids for the sandbox as ``(first, count)``: one per live worker or session, the
+    first of each half for a zygote. None: corral's default block (see ``corral doctor``)."""
     session_id: str | None = None
     """Container mode: the ``x-dial-session-id`` every request must carry (``SESSION_ID``)."""
     mount_folder: Path = Path("/mnt/data")
@@ -115,6 +119,11 @@ class Config:
         keys = [k.key for k in self.api_keys]
         if len(set(keys)) != len(keys):
             raise ConfigError("api_keys: the same key is listed twice")
+        if self.uid_range is not None:
+            try:
+                UidRange(*self.uid_range).split()
+            except ValueError as exc:
+                raise ConfigError(f"uid_range: {exc}") from exc
         if self.session_id == "":
             object.__setattr__(self, "session_id", None)
 
@@ -141,6 +150,7 @@ class Config:
             "limits": self.limits(),
             "session_idle_timeout": self.session_idle_timeout,
             "session_disk_bytes": self.session_disk_bytes,
+            **({} if self.uid_range is None else {"uid_range": self.uid_range}),
         }
 
     def limits(self) -> Limits:
@@ -242,6 +252,15 @@ def _roles(value: Any) -> tuple[str, ...]:
     return tuple(_text(r) for r in value)
 
 
+def _uid_range(value: Any) -> tuple[int, int]:
+    """``[first, count]`` in the file, ``first:count`` in the environment."""
+    if isinstance(value, str):
+        value = value.split(":")
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise ValueError("uid_range is [first, count] (CORRAL_UID_RANGE=first:count)")
+    return _int(value[0]), _int(value[1])
+
+
 def _api_keys(value: Any) -> tuple[ApiKey, ...]:
     """``[[server.api_keys]]`` tables, or ``key:user[:role|role],...`` in the environment."""
     if isinstance(value, str):
@@ -302,6 +321,7 @@ _FIELDS: dict[str, _Field] = {
     "timeout": _Field("engine", ("CORRAL_TIMEOUT",), _float, _NUM),
     "session_idle_timeout": _Field("engine", ("CORRAL_SESSION_IDLE_TIMEOUT",), _float, _NUM),
     "session_disk_bytes": _Field("engine", ("CORRAL_SESSION_DISK_BYTES",), _int, _INT),
+    "uid_range": _Field("engine", ("CORRAL_UID_RANGE",), _uid_range, _LIST),
     "session_id": _Field("container", ("SESSION_ID",), _text, _STR),
     "mount_folder": _Field("container", ("MOUNT_FOLDER",), _path, _STR),
     "download_chunk_size": _Field("container", ("DOWNLOAD_CHUNK_SIZE",), _int, _INT),

@@ -17,6 +17,7 @@ import anyio.abc
 
 import corral
 from corral._limits import DEFAULT_LIMITS, Limits
+from corral._uids import DEFAULT_UID_RANGE, UidRange
 from corral.engine._feed import check_feed, fed
 from corral.engine._inputs import Input, RunEventSink
 from corral.engine._job import Job, request_for, validate_request, watch_cancel
@@ -29,7 +30,6 @@ from corral.engine._supply import WorkerSupply, stdlib_only
 from corral.errors import Busy, EngineClosed, WorkerError, ZygoteUnavailable
 from corral.sandbox import (
     DEFAULT_PRELOAD,
-    OUTER_ID,
     Holder,
     WarmPool,
     Worker,
@@ -80,6 +80,7 @@ class Engine:
         min_free_memory: int = 256 * 1024 * 1024,
         lean: bool = True,
         lean_preload: Sequence[str] = (),
+        uid_range: tuple[int, int] | UidRange = DEFAULT_UID_RANGE,
     ) -> None:
         self.capacity = capacity or os.cpu_count() or 1
         self.limits = limits
@@ -88,8 +89,12 @@ class Engine:
         self._scheduler = Scheduler(self.capacity, queue_size, min_free_memory=min_free_memory)
         self.session_idle_timeout = session_idle_timeout
         self.session_disk_bytes = session_disk_bytes
-        self._full = WorkerSupply(preload, limits, self._pool_size)
-        self._lean = WorkerSupply(lean_preload, limits, self._pool_size) if lean else None
+        uids = uid_range if isinstance(uid_range, UidRange) else UidRange(*uid_range)
+        full_uids, lean_uids = uids.split()  # each zygote a block of its own
+        self._full = WorkerSupply(preload, limits, self._pool_size, full_uids)
+        self._lean = (
+            WorkerSupply(lean_preload, limits, self._pool_size, lean_uids) if lean else None
+        )
         self._closing_event = anyio.Event()
         self._stack: contextlib.AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -386,7 +391,7 @@ class Engine:
                 if item.original is not None:
                     files.append((f"{item.id}.orig", item.original))
             try:
-                await worker.write_inputs(files, uid=OUTER_ID, gid=OUTER_ID)
+                await worker.write_inputs(files, uid=worker.outer_id, gid=worker.outer_id)
             except OSError as exc:
                 return job.stopped("invalid_input", f"the inputs do not fit: {exc}", evidence)
         try:

@@ -18,6 +18,7 @@ import anyio
 import anyio.abc
 
 from corral._limits import Limits
+from corral._uids import UidRange
 from corral.errors import IsolationError, WorkerError
 from corral.sandbox import WarmPool, Zygote, doctor
 
@@ -72,8 +73,11 @@ async def _probe(zygote: Zygote) -> None:
 class WorkerSupply:
     """One zygote process, restarted when it dies, and its pool of ready workers."""
 
-    def __init__(self, preload: Sequence[str], limits: Limits, pool_size: int) -> None:
+    def __init__(
+        self, preload: Sequence[str], limits: Limits, pool_size: int, uids: UidRange
+    ) -> None:
         self.preload = tuple(preload)
+        self._uids = uids
         self._limits = limits
         self._pool_size = pool_size
         self.zygote: Zygote | None = None
@@ -86,6 +90,7 @@ class WorkerSupply:
         limits = self._limits
         zygote = Zygote(
             preload=self.preload,
+            uids=self._uids,
             static={
                 "work_bytes": limits.work_bytes,
                 "pids": limits.pids,
