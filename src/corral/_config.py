@@ -83,6 +83,12 @@ class Config:
     """Seconds after its last use when a session expires (DIAL's ``sessionTtl``)."""
     session_disk_bytes: int = 256 * _MIB
     """Disk quota of one session folder."""
+    list_max_entries: int = 10_000
+    """Files a session listing returns at most; a cut listing says so (``[engine]``)."""
+    max_queued_per_key: int = 64
+    """Runs one API key may have waiting for a worker; more are answered busy."""
+    shutdown_grace: float = 5.0
+    """Seconds runs in flight may take to finish after SIGTERM before they are cancelled."""
     uid_range: tuple[int, int] | None = None
     """Host uids for the sandbox as ``(first, count)``: one per live worker or session, the
     first of each half for a zygote. None: corral's default block (see ``corral doctor``)."""
@@ -110,7 +116,8 @@ class Config:
             raise ConfigError(f"port must be 0-65535, not {self.port}")
         for name in ("max_sessions_per_key", "max_request_bytes", "upload_max_size",
                      "queue_size", "session_disk_bytes", "download_chunk_size",
-                     "timeout_keep_alive", "timeout", "session_idle_timeout"):  # fmt: skip
+                     "timeout_keep_alive", "timeout", "session_idle_timeout",
+                     "list_max_entries", "max_queued_per_key", "shutdown_grace"):  # fmt: skip
             value = getattr(self, name)
             if not value > 0 or not math.isfinite(value):
                 raise ConfigError(f"{name} must be positive, not {value!r}")
@@ -147,6 +154,7 @@ class Config:
         return {
             "capacity": self.capacity,
             "queue_size": self.queue_size,
+            "max_queued_per_tenant": self.max_queued_per_key,
             "limits": self.limits(),
             "session_idle_timeout": self.session_idle_timeout,
             "session_disk_bytes": self.session_disk_bytes,
@@ -321,6 +329,9 @@ _FIELDS: dict[str, _Field] = {
     "timeout": _Field("engine", ("CORRAL_TIMEOUT",), _float, _NUM),
     "session_idle_timeout": _Field("engine", ("CORRAL_SESSION_IDLE_TIMEOUT",), _float, _NUM),
     "session_disk_bytes": _Field("engine", ("CORRAL_SESSION_DISK_BYTES",), _int, _INT),
+    "list_max_entries": _Field("engine", ("CORRAL_LIST_MAX_ENTRIES",), _int, _INT),
+    "max_queued_per_key": _Field("engine", ("CORRAL_MAX_QUEUED_PER_KEY",), _int, _INT),
+    "shutdown_grace": _Field("server", ("CORRAL_SHUTDOWN_GRACE",), _float, _NUM),
     "uid_range": _Field("engine", ("CORRAL_UID_RANGE",), _uid_range, _LIST),
     "session_id": _Field("container", ("SESSION_ID",), _text, _STR),
     "mount_folder": _Field("container", ("MOUNT_FOLDER",), _path, _STR),

@@ -73,6 +73,7 @@ class _FedEngine(Protocol):
         stdin: bytes | None = None,
         files: Mapping[str, bytes] | None = None,
         queue_timeout: float | None = None,
+        tenant: str = "",
     ) -> ExecutionResult: ...
 
     def statistics(self) -> Any: ...
@@ -82,12 +83,16 @@ class _Busy(Exception):
     """No worker became free in time: the whole request answers 504."""
 
 
-def _authorize(request: Request) -> State:
+def _authorize(request: Request) -> tuple[State, str]:
+    """The state and the tenant the runs are scheduled as: the key's owner, or in open mode
+    the client's address (trainers on one private network then share the workers fairly)."""
     state = state_of(request)
-    if not state.config.open_run_code:
-        caller = caller_of(request)
-        state.keyring.require_code_role(caller)
-    return state
+    if state.config.open_run_code:
+        host = request.client.host if request.client is not None else ""
+        return state, f"address:{host}"
+    caller = caller_of(request)
+    state.keyring.require_code_role(caller)
+    return state, caller.owner
 
 
 async def _parse(request: Request, model: type[Body]) -> Body:
@@ -130,6 +135,7 @@ async def _run(
     stdin: bytes | None,
     files: Mapping[str, bytes],
     queue_wait: float,
+    tenant: str,
 ) -> ExecutionResult:
     """One run; raises ``_Busy`` instead of returning a ``busy`` result."""
     engine = cast(_FedEngine, state.engine)
@@ -140,6 +146,7 @@ async def _run(
             stdin=stdin,
             files=files,
             queue_timeout=max(queue_wait, MIN_QUEUE_WAIT),
+            tenant=tenant,
         )
     except EngineClosed as exc:
         raise _Busy("the server is stopping; try another replica or again later") from exc
@@ -152,7 +159,7 @@ async def _run(
 @router.post("/run_code")
 async def run_code(request: Request) -> Response:
     """SandboxFusion's ``run_code`` for Python, field for field."""
-    state = _authorize(request)
+    state, tenant = _authorize(request)
     body = await _parse(request, RunCodeBody)
     files, problems = decode_files(body.files)
     if problems:
@@ -165,6 +172,7 @@ async def run_code(request: Request) -> Response:
             stdin=_stdin(body.stdin),
             files=files,
             queue_wait=body.compile_timeout,
+            tenant=tenant,
         )
     except _Busy as exc:
         return _busy(str(exc))
@@ -181,7 +189,7 @@ async def run_code_batch(request: Request) -> Response:
     A batch runs at most ``capacity`` cases at once, so it cannot crowd other callers out of
     the queue, and a case that times out holds one worker for its own timeout only.
     """
-    state = _authorize(request)
+    state, tenant = _authorize(request)
     body = await _parse(request, BatchBody)
     files, problems = decode_files(body.files)
     if problems:
@@ -201,6 +209,7 @@ async def run_code_batch(request: Request) -> Response:
                     stdin=_stdin(case.stdin),
                     files=files,
                     queue_wait=body.compile_timeout,
+                    tenant=tenant,
                 )
             except _Busy as exc:
                 busy.append(str(exc))

@@ -173,7 +173,11 @@ class _Handler:
                 session = slot.session
             try:
                 return await session.run(
-                    code, limits=limits, on_event=reporter.on_run_event, cancel=invocation.cancelled
+                    code,
+                    limits=limits,
+                    on_event=reporter.on_run_event,
+                    cancel=invocation.cancelled,
+                    tenant=invocation.id,
                 )
             except SessionClosed:
                 # Expired between the check and the run; a second failure is not a race.
