@@ -165,3 +165,15 @@ def test_verls_comparison_ignores_trailing_newlines_only() -> None:
 )
 def test_work_paths(given: str, expected: str | None) -> None:
     assert work_path(given) == expected
+
+
+@pytest.mark.parametrize("body", [b"\x80", b'{"code": "\xff", "language": "python"}', b"[]", b""])
+async def test_bodies_that_are_not_json_objects_are_422(
+    engine: Engine, tmp_path: Path, body: bytes
+) -> None:
+    app = create_app(engine, _config(tmp_path))
+    async with client_for(app) as client:
+        for route in ("/run_code", "/run_code_batch"):
+            response = await client.post(route, content=body)
+            assert response.status_code == 422, (route, body, response.text)
+            assert response.json()["detail"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import posixpath
 from dataclasses import replace
 from typing import Any, Literal
@@ -82,13 +83,33 @@ class BatchBody(BaseModel):
 
 
 def validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
-    """The ``detail`` list of FastAPI's 422 for a request body (without pydantic's URLs)."""
-    detail = []
+    """The ``detail`` list of FastAPI's 422 for a request body (without pydantic's URLs).
+
+    A body that is not UTF-8 comes back as text with replacement characters, and a context
+    that will not encode is left out: this answer must never fail in turn.
+    """
+    detail: list[dict[str, Any]] = []
     for error in exc.errors(include_url=False):
-        error["loc"] = ("body", *error["loc"])
-        detail.append(error)
-    encoded: list[dict[str, Any]] = jsonable_encoder(detail)
-    return encoded
+        item: dict[str, Any] = {
+            "type": error["type"],
+            "loc": ["body", *error["loc"]],
+            "msg": error["msg"],
+            "input": _printable(error.get("input")),
+        }
+        if "ctx" in error:
+            with contextlib.suppress(Exception):  # a context is a courtesy, never a failure
+                item["ctx"] = jsonable_encoder(error["ctx"])
+        detail.append(item)
+    return detail
+
+
+def _printable(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    try:
+        return jsonable_encoder(value)
+    except Exception:  # noqa: BLE001 - anything odd becomes its repr
+        return repr(value)
 
 
 def work_path(path: str) -> str | None:
