@@ -9,7 +9,14 @@ import pytest
 
 import corral
 
-PACKAGES = ["corral.engine", "corral.sandbox", "corral.http", "corral.cli", "corral.batch"]
+PACKAGES = [
+    "corral.engine",
+    "corral.sandbox",
+    "corral.e2b",
+    "corral.http",
+    "corral.cli",
+    "corral.batch",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

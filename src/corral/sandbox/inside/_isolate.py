@@ -84,6 +84,8 @@ def enter(
             _NOSUID_NODEV,
             f"mode=0755,size={session_disk_bytes}",
         )
+        # E2B's clients know the same folder as the home of user ``user``.
+        sc.mount(f"{root}/mnt/data", f"{root}/home/user", None, sc.MS_BIND)
         cwd = "/mnt/data"
     for stage, path in staged:
         # Runtime directories under /work or /tmp reappear inside the fresh file systems.
