@@ -16,6 +16,7 @@ PACKAGES = [
     "corral.e2b",
     "corral.http",
     "corral.cli",
+    "corral.batch",
     "corral.client",
 ]
 

@@ -18,6 +18,7 @@ LAYERS = [
     "sources",
     "tools",
     "mistral",
+    "batch",
     "client",
     "e2b",
     "http",
