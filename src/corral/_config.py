@@ -104,6 +104,9 @@ class Config:
     """Logging level name."""
     timeout_keep_alive: int = 60
     """Seconds an idle HTTP connection is kept open (``TIMEOUT_KEEP_ALIVE``)."""
+    open_run_code: bool = False
+    """Serve ``/run_code`` and ``/run_code_batch`` without an API key (a trainer's private
+    network: verl and SandboxFusion's client send none)."""
     raw_toml: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The whole parsed ``corral.toml``, for tables other packages own (``[mistral]``)."""
 
@@ -218,6 +221,19 @@ def _int(value: Any) -> int:
     return value
 
 
+def _bool(value: Any) -> bool:
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError(f"expected true or false, not {value!r}")
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, not {value!r}")
+    return value
+
+
 def _optional_int(value: Any) -> int | None:
     if isinstance(value, str) and value.strip().lower() in ("", "auto", "none"):
         return None
@@ -308,6 +324,7 @@ _FIELDS: dict[str, _Field] = {
     "upload_max_size": _Field("server", ("UPLOAD_MAX_SIZE",), _int, _INT),
     "log_level": _Field("server", ("CORRAL_LOG_LEVEL", "LOG_LEVEL"), _text, _STR),
     "timeout_keep_alive": _Field("server", ("TIMEOUT_KEEP_ALIVE",), _int, _INT),
+    "open_run_code": _Field("server", ("CORRAL_OPEN_RUN_CODE",), _bool, (bool,)),
     "capacity": _Field("engine", ("CORRAL_CAPACITY",), _optional_int, _INT),
     "queue_size": _Field("engine", ("CORRAL_QUEUE_SIZE",), _int, _INT),
     "timeout": _Field("engine", ("CORRAL_TIMEOUT",), _float, _NUM),
@@ -357,7 +374,9 @@ def _from_toml(raw: Mapping[str, Any]) -> dict[str, Any]:
                 raise ConfigError(f"unknown key {key!r} in [{table}]")
             if key in _FIELDS:
                 spec = _FIELDS[key]
-                if isinstance(value, bool) or not isinstance(value, spec.toml):
+                if (isinstance(value, bool) and bool not in spec.toml) or not isinstance(
+                    value, spec.toml
+                ):
                     raise ConfigError(f"{table}.{key}: wrong type {type(value).__name__}")
                 values[key] = _cast(f"{table}.{key}", spec.cast, value)
     return values
