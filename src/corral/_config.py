@@ -419,8 +419,8 @@ def _section(raw: Any, table: str) -> dict[str, Any]:
         raise ConfigError(f"[{table}] must be a table")
     fields = {_key(n): f for n, f in _FIELDS.items() if f.table == table}
     spelled = _children(table)
-    for name, spec in fields.items():
-        spelled.update(dict.fromkeys((*spec.aliases, name), name))
+    for name, field_spec in fields.items():
+        spelled.update(dict.fromkeys((*field_spec.aliases, name), name))
     out: dict[str, Any] = {}
     for key, value in raw.items():
         canonical = spelled.get(key)
@@ -431,10 +431,10 @@ def _section(raw: Any, table: str) -> dict[str, Any]:
             raise ConfigError(f"unknown key {key!r} {place} (known: {known})")
         if canonical in out:
             raise ConfigError(f"{where}: given twice (as {canonical!r} and an older name)")
-        spec = fields.get(canonical)
-        if spec is None:
+        if canonical not in fields:
             out[canonical] = _section(value, f"{table}.{canonical}" if table else canonical)
             continue
+        spec = fields[canonical]
         if (isinstance(value, bool) and bool not in spec.toml) or not isinstance(value, spec.toml):
             raise ConfigError(f"{where}: wrong type {type(value).__name__}")
         _cast(where, spec.cast, value)
