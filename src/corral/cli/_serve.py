@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import functools
 import os
 import secrets
+import socket
 import sys
 from pathlib import Path
 
@@ -37,23 +40,53 @@ def local_api_key(data_dir: Path) -> tuple[str, bool]:
     return key, True
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port``, bound before anything else starts.
+
+    Raises:
+        OSError: the address cannot be bound; its ``strerror`` names the address.
+    """
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except (OSError, IndexError) as exc:
+        raise OSError(errno.EADDRNOTAVAIL, f"{host}:{port}: {exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(socket.SOMAXCONN)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"{host}:{port}: {exc.strerror}") from exc
+    sock.set_inheritable(False)
+    return sock
+
+
 def serve_command(args: argparse.Namespace) -> int:
-    from corral.http import serve
+    from corral.http import serve_async
 
     config = Config.load(
         flags={"config": args.config, "host": args.host, "port": args.port, "mode": args.mode}
     )
-    if config.mode == "gateway" and not config.api_keys:
-        # Embedded defaults still require a key: one is made once and kept with the data.
-        key, created = local_api_key(config.data_dir)
-        config = config.replace(api_keys=(ApiKey(key=key, user="local"),))
-        where = config.data_dir / _KEY_FILE
-        verb = "created" if created else "using"
-        print(
-            f"corral: no API keys configured; {verb} {where}\ncorral: Api-Key: {key}",
-            file=sys.stderr,
-        )
-    serve(config)
+    # Bound first: a port in use is one line at once, not an error after the engine started.
+    sock = listen(config.bind_host, config.bind_port)
+    try:
+        if config.mode == "gateway" and not config.api_keys:
+            # Embedded defaults still require a key: one is made once and kept with the data.
+            key, created = local_api_key(config.data_dir)
+            config = config.replace(api_keys=(ApiKey(key=key, user="local"),))
+            where = config.data_dir / _KEY_FILE
+            verb = "created" if created else "using"
+            print(
+                f"corral: no API keys configured; {verb} {where}\ncorral: Api-Key: {key}",
+                file=sys.stderr,
+            )
+        with contextlib.suppress(KeyboardInterrupt):
+            anyio.run(functools.partial(serve_async, config, sockets=[sock]))
+    finally:
+        sock.close()
     return EXIT_OK
 
 

@@ -120,9 +120,9 @@ async def serve_http(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((LOOPBACK, port))
-    except OSError:
+    except OSError as exc:
         sock.close()
-        raise
+        raise OSError(exc.errno, f"{LOOPBACK}:{port}: {exc.strerror}") from exc
     server = uvicorn.Server(
         uvicorn.Config(
             app,
