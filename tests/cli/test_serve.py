@@ -48,7 +48,7 @@ def test_serve_on_embedded_defaults(tmp_path: Path) -> None:
         for line in server.stderr:  # ends when the server does: a hang fails the test timeout
             if "Api-Key:" in line:
                 key = line.split("Api-Key:")[1].strip()
-            if "Uvicorn running" in line:
+            if f"serving the gateway API on http://127.0.0.1:{port}" in line:
                 break
         assert key
         url = f"http://127.0.0.1:{port}/v1/ops/code_interpreter/execute_code"

@@ -27,7 +27,7 @@ def test_list_marks_the_mistral_tools_unavailable_without_a_key() -> None:
     done = corral("tools", "list")
     rows = dict(line.split("\t", 1) for line in done.stdout.splitlines())
     assert done.returncode == 0
-    assert list(rows)[0] == "code_interpreter"
+    assert next(iter(rows)) == "code_interpreter"
     assert not rows["code_interpreter"].startswith("(unavailable")
     for name in ("mistral_code_interpreter", "web_search"):
         assert rows[name].startswith("(unavailable: set MISTRAL_API_KEY)"), rows[name]

@@ -83,6 +83,12 @@ def serve_command(args: argparse.Namespace) -> int:
                 f"corral: no API keys configured; {verb} {where}\ncorral: Api-Key: {key}",
                 file=sys.stderr,
             )
+        host = f"[{config.bind_host}]" if ":" in config.bind_host else config.bind_host
+        # Connections wait in the socket's backlog until the engine is up, then are served.
+        print(
+            f"corral: serving the {config.mode} API on http://{host}:{sock.getsockname()[1]}",
+            file=sys.stderr,
+        )
         with contextlib.suppress(KeyboardInterrupt):
             anyio.run(functools.partial(serve_async, config, sockets=[sock]))
     finally:
