@@ -83,11 +83,27 @@ def test_source_mounts_the_northstar_workbook() -> None:
     assert len(evidence["original_sha256"]) == 64
 
 
-def test_an_unsupported_source_exits_2(tmp_path: Path) -> None:
-    binary = tmp_path / "blob.bin"
-    binary.write_bytes(b"\x00\x01\x02")
-    done = corral("run", "--source", str(binary), "-c", "1")
+def test_an_unreadable_source_exits_2_with_the_reason(tmp_path: Path) -> None:
+    corrupt = tmp_path / "book.xlsx"
+    corrupt.write_bytes(b"not a zip")
+    done = corral("run", "--source", str(corrupt), "-c", "1")
     assert done.returncode == 2
+    assert "XLSX" in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
+def test_a_binary_source_is_mounted_as_its_bytes(tmp_path: Path) -> None:
+    binary = tmp_path / "blob.parquet"
+    binary.write_bytes(b"PAR1\x00\x01\x02PAR1")
+    done = corral(
+        "run", "--json", "--source", str(binary), "-c",
+        "(asset,) = input_assets.values()\n"
+        "(path,) = input_files.values()\n"
+        "(open(asset['original'], 'rb').read(), open(path).read(), asset['media_type'])",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)["result"]["text/plain"]
+    assert result == "(b'PAR1\\x00\\x01\\x02PAR1', '', 'application/octet-stream')"
 
 
 def test_doctor_json_reports_the_features() -> None:

@@ -35,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="PATH",
-        help="mount a file as an input (CSV, TSV, XLSX, JSON, text); repeatable",
+        help="mount a file as an input (CSV, TSV, XLSX, JSON and text also as text; any "
+        "other file as its bytes); repeatable",
     )
     run.add_argument("--timeout", type=float, metavar="S", help="seconds for the whole run")
     run.add_argument("--json", action="store_true", help="print the full result as JSON")
