@@ -114,3 +114,50 @@ def test_doctor_json_reports_the_features() -> None:
     names = {feature["name"] for feature in report["features"]}
     assert {"namespaces", "seccomp", "libseccomp", "pidfd"} <= names
     assert "ptrace" in report["seccomp_denied"]
+
+
+def test_out_dir_keeps_the_files_and_the_figures(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = corral(
+        "run", "--out-dir", str(out), "-c",
+        "import os\n"
+        "import matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3])\n"
+        "plt.savefig('fig.png')\n"
+        "plt.show()\n"
+        "os.makedirs('sub')\n"
+        "open('sub/o.txt', 'w').write('kept')\n",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (out / "sub" / "o.txt").read_text() == "kept"
+    assert (out / "fig.png").read_bytes().startswith(b"\x89PNG")
+    assert (out / "display-1.png").read_bytes().startswith(b"\x89PNG")
+    assert f"[file: fig.png -> {out / 'fig.png'}" in done.stderr
+    assert f"[display 1: image/png -> {out / 'display-1.png'}]" in done.stderr
+
+
+def test_without_out_dir_the_files_are_named_with_a_hint() -> None:
+    done = corral("run", "-c", "open('o.txt', 'w').write('x')")
+    assert done.returncode == 0
+    assert "[file: o.txt (1 bytes); --out-dir DIR saves it]" in done.stderr
+
+
+def test_out_dir_never_leaves_its_folder(tmp_path: Path) -> None:
+    # The worker is hostile: names it reports are written through the confined helpers only.
+    from corral.cli._run import _save_outputs
+    from corral.engine import ExecutionResult, FileInfo
+
+    out = tmp_path / "out"
+    (tmp_path / "elsewhere").mkdir()
+    out.mkdir()
+    (out / "link").symlink_to(tmp_path / "elsewhere")
+    names = ["../escape.txt", "/abs.txt", "link/through.txt", "fine.txt"]
+    result = ExecutionResult(
+        outcome="ok",
+        files=tuple(FileInfo(path=n, size=1, sha256="") for n in names),
+        file_contents=dict.fromkeys(names, b"x"),
+    )
+    notes = _save_outputs(result, out)
+    written = [n for n in notes if "not written" not in n]
+    assert written == [f"[file: fine.txt -> {out / 'fine.txt'} (1 bytes)]"], notes
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["fine.txt"]

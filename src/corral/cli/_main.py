@@ -39,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
         "other file as its bytes); repeatable",
     )
     run.add_argument("--timeout", type=float, metavar="S", help="seconds for the whole run")
+    run.add_argument(
+        "--out-dir",
+        metavar="DIR",
+        help="write the files the code makes and its display images (display-1.png, ...) here",
+    )
     run.add_argument("--json", action="store_true", help="print the full result as JSON")
     run.add_argument("--config", metavar="FILE", help="corral.toml")
 
