@@ -6,7 +6,6 @@ import argparse
 import errno
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 
 from corral.errors import ConfigError, CorralError, IsolationError
 
@@ -24,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
         description="A self-hosted code interpreter for LLM agents.",
         epilog="Configuration keys: docs/configuration.md (corral.toml, CORRAL_* variables).",
     )
-    parser.add_argument("--version", action="version", version=f"corral {_version()}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser("run", help="run Python once in a fresh isolated worker")
@@ -87,7 +86,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Version(argparse.Action):
+    """``--version``, reading the installed version only when asked (it costs an import)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kw: object) -> None:
+        print(f"corral {_version()}")
+        parser.exit()
+
+
 def _version() -> str:
+    from importlib import metadata
+
     try:
         return metadata.version("corral")
     except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed

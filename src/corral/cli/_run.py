@@ -14,7 +14,7 @@ import anyio
 from corral import _fs
 from corral._config import Config
 from corral.cli._main import EXIT_INVALID, EXIT_OK, EXIT_OTHER, EXIT_PYTHON_ERROR
-from corral.engine import Engine, ExecutionResult, Input
+from corral.engine import Engine, ExecutionResult, Input, stdlib_only
 from corral.errors import CorralError, SourceError
 
 __all__ = ["run_command"]
@@ -134,8 +134,17 @@ def run_command(args: argparse.Namespace) -> int:
         for ident, name in names.items():
             print(f"[source {name}: /inputs/{ident}.txt]", file=sys.stderr)
 
+    # One run, one zygote: code that imports only the standard library needs none of the
+    # preloaded packages (whose import is most of an engine's start), other code no lean one.
+    lean = stdlib_only(code)
+
     async def once() -> ExecutionResult:
-        async with Engine(capacity=1, pool_size=1, limits=limits) as engine:
+        engine = (
+            Engine(capacity=1, pool_size=1, limits=limits, lean=False, preload=())
+            if lean
+            else Engine(capacity=1, pool_size=1, limits=limits, lean=False)
+        )
+        async with engine:
             return await engine.run(code, inputs=inputs, limits=limits)
 
     result = anyio.run(once)

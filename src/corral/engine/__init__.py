@@ -18,6 +18,7 @@ from corral.engine._result import (
     Outcome,
 )
 from corral.engine._session import Session
+from corral.engine._zygotes import stdlib_only
 
 __all__ = [
     "Engine",
@@ -33,6 +34,7 @@ __all__ = [
     "RunEvent",
     "RunEventSink",
     "Session",
+    "stdlib_only",
 ]
 
 _publish(globals())
