@@ -167,7 +167,7 @@ def blocked_reading(pid: int, fd: int) -> bool:
 
 
 WORKER_PROTOCOL_FD = 3
-"""Where a worker reads its request (``corral.sandbox._runner.PROTOCOL_FD``)."""
+"""Where a worker reads its request (``corral.sandbox.inside._runner.PROTOCOL_FD``)."""
 
 
 def corral_quiet(zygote_pid: int) -> bool:

@@ -50,7 +50,7 @@ async def _engine_idle(engine: Any) -> None:
     with anyio.move_on_after(_IDLE_TIMEOUT):
         while True:
             stats = engine.statistics()
-            host = engine._host  # the zygote; only its pid is read
+            host = engine._zygote  # the zygote; only its pid is read
             if (
                 stats.pool_ready >= stats.pool_size
                 and stats.running == 0
@@ -158,7 +158,7 @@ async def serve_child(args: argparse.Namespace) -> None:
 
         # A plain Starlette route: FastAPI would try to resolve the string annotations.
         app.router.add_route(IN_PROCESS, in_process, methods=["POST"], include_in_schema=False)
-        zygote = engine._host.pid if engine._host is not None else None
+        zygote = engine._zygote.pid if engine._zygote is not None else None
         # proto must be IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted connections only
         # then, and without it Nagle holds the body behind the headers for a delayed ACK
         # (~40 ms per response).

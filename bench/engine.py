@@ -111,7 +111,9 @@ def zygote_pid(engine: Engine) -> int:
 
 def zygote_pids(engine: Engine) -> dict[str, int]:
     """Every zygote by flavour; stdlib-only code such as print(6*7) runs from "lean"."""
-    pids = {name: host.pid for name, host in engine._hosts().items() if host.pid is not None}
+    pids = {
+        name: host.pid for name, host in engine._zygote_handles().items() if host.pid is not None
+    }
     if "full" not in pids:
         raise BenchError("the engine has no zygote")
     return pids

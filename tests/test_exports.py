@@ -28,8 +28,8 @@ def test_exports_are_complete_and_named_by_their_public_path(name: str) -> None:
 
 def test_the_top_level_api() -> None:
     assert set(corral.__all__) == {
-        "DEFAULT_LIMITS", "Engine", "ExecutionResult", "Input", "Limits", "RunEvent",
-        "__version__",
+        "DEFAULT_LIMITS", "Engine", "ExecutionResult", "Input", "Limits", "OutputEvent",
+        "OutputListener", "RunEvent", "__version__",
     }  # fmt: skip
     for attr in corral.__all__:
         assert getattr(corral, attr) is not None

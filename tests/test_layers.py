@@ -63,3 +63,45 @@ def test_numeric_imports_only_the_standard_library() -> None:
 def test_the_layer_table_covers_every_package() -> None:
     packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert packages == set(LAYERS)
+
+
+SANDBOX = SRC / "sandbox"
+# The modules both sides of the sandbox boundary share.
+BOUNDARY = {"corral.sandbox._protocol", "corral.sandbox._seqpacket", "corral.sandbox._syscalls"}
+
+
+def _sandbox_modules(side: str) -> list[Path]:
+    return sorted((SANDBOX / side).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _sandbox_modules("inside"), ids=lambda p: p.name)
+def test_code_inside_the_sandbox_never_imports_the_server_side(path: Path) -> None:
+    # corral itself for its install path; corral.numeric is the standard-library-only helper
+    # that user code imports.
+    allowed = BOUNDARY | {"corral", "corral.errors", "corral.numeric"}
+    problems = [
+        name
+        for name in _imports(path)
+        if name != "corral.sandbox.inside"
+        and not name.startswith("corral.sandbox.inside.")
+        and name not in allowed
+        and name != "corral.sandbox"  # `from corral.sandbox import _syscalls`
+    ]
+    assert not problems, problems
+
+
+def _imported_names(path: Path, module_prefix: str) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(module_prefix):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names if a.name.startswith(module_prefix))
+    return names
+
+
+@pytest.mark.parametrize("path", _sandbox_modules("host"), ids=lambda p: p.name)
+def test_server_side_handles_take_only_constants_from_inside(path: Path) -> None:
+    names = _imported_names(path, "corral.sandbox.inside")
+    assert all(name.isupper() for name in names), names

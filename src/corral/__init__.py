@@ -18,6 +18,8 @@ _EXPORTS: dict[str, str] = {
     "ExecutionResult": "corral.engine",
     "Input": "corral.engine",
     "Limits": "corral._limits",
+    "OutputEvent": "corral.engine",
+    "OutputListener": "corral.engine",
     "RunEvent": "corral.engine",
 }
 
@@ -27,13 +29,15 @@ __all__ = [
     "ExecutionResult",
     "Input",
     "Limits",
+    "OutputEvent",
+    "OutputListener",
     "RunEvent",
     "__version__",
 ]
 
 if TYPE_CHECKING:
     from corral._limits import DEFAULT_LIMITS, Limits
-    from corral.engine import Engine, ExecutionResult, Input, RunEvent
+    from corral.engine import Engine, ExecutionResult, Input, OutputEvent, OutputListener, RunEvent
 
 
 def __getattr__(name: str) -> Any:

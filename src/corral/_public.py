@@ -19,7 +19,12 @@ def publish(namespace: MutableMapping[str, Any]) -> None:
     package = namespace["__name__"]
     for name in namespace["__all__"]:
         value = namespace[name]
-        if isinstance(value, type | types.FunctionType) and value.__module__.startswith(
-            package + "._"
-        ):
+        if isinstance(value, type | types.FunctionType) and _private_to(value.__module__, package):
             value.__module__ = package
+
+
+def _private_to(module: str, package: str) -> bool:
+    """True for a private module of ``package``, however deep (``pkg.sub._mod`` too)."""
+    if not module.startswith(package + "."):
+        return False
+    return any(part.startswith("_") for part in module[len(package) + 1 :].split("."))

@@ -81,7 +81,7 @@ async def _sleeping_worker(engine: Engine, name: str) -> int:
     """The host pid of this engine's worker called ``name`` once it sleeps in user code."""
     with anyio.fail_after(10):
         while True:
-            for host in engine._hosts().values():
+            for host in engine._zygote_handles().values():
                 for pid in list(host._workers):
                     if _named_and_sleeping(pid, name):
                         return pid
@@ -95,7 +95,7 @@ def _alive(pid: int) -> bool:
 async def _zygote_replaced(engine: Engine, old: object) -> None:
     with anyio.fail_after(30):
         # The supervisor swaps in a new zygote and the pool refills; nothing signals it.
-        while engine._host is old or engine.statistics().pool_ready == 0:  # noqa: ASYNC110
+        while engine._zygote is old or engine.statistics().pool_ready == 0:  # noqa: ASYNC110
             await anyio.sleep(0.05)
 
 
@@ -361,7 +361,7 @@ async def test_sigkill_of_a_running_worker_gives_worker_error(engine: Engine) ->
 async def test_killing_the_zygote_is_recovered_from() -> None:
     # One zygote, so that the runs in flight are certainly its workers.
     async with Engine(capacity=2, limits=LIMITS, lean=False) as engine:
-        host = engine._host
+        host = engine._zygote
         assert host is not None
         recorders = [Recorder(), Recorder()]
         results: dict[str, ExecutionResult] = {}
@@ -390,7 +390,7 @@ async def test_killing_the_zygote_is_recovered_from() -> None:
 
 async def test_a_run_during_a_zygote_restart_does_not_hang() -> None:
     async with Engine(capacity=1, pool_size=1, limits=LIMITS, lean=False) as engine:
-        host = engine._host
+        host = engine._zygote
         assert host is not None
         host.kill()
         with anyio.fail_after(15):

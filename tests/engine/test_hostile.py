@@ -81,7 +81,7 @@ def _descendants_of_workers(zygote: int) -> set[int]:
 @pytest.fixture
 async def no_leftovers(engine: Engine) -> AsyncIterator[None]:
     """Fail if a test leaves processes behind that its worker started."""
-    zygotes = [host.pid for host in engine._hosts().values() if host.pid is not None]
+    zygotes = [host.pid for host in engine._zygote_handles().values() if host.pid is not None]
     assert zygotes
 
     def leftovers() -> set[int]:

@@ -18,7 +18,8 @@ from corral.engine._result import (
     Outcome,
 )
 from corral.engine._session import Session
-from corral.engine._zygotes import stdlib_only
+from corral.engine._stream import OutputEvent, OutputListener
+from corral.engine._supply import stdlib_only
 
 __all__ = [
     "Engine",
@@ -31,6 +32,8 @@ __all__ = [
     "InputEvidence",
     "Omitted",
     "Outcome",
+    "OutputEvent",
+    "OutputListener",
     "RunEvent",
     "RunEventSink",
     "Session",

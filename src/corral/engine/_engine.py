@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -23,7 +23,8 @@ from corral.engine._outcome import build_result
 from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outcome
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
 from corral.engine._session import Session, SessionManager
-from corral.engine._zygotes import Zygote, stdlib_only
+from corral.engine._stream import OutputEvent, OutputListener, iterate
+from corral.engine._supply import WorkerSupply, stdlib_only
 from corral.errors import Busy, EngineClosed, WorkerError, ZygoteUnavailable
 from corral.sandbox import (
     DEFAULT_PRELOAD,
@@ -32,7 +33,7 @@ from corral.sandbox import (
     WarmPool,
     Worker,
     WorkerReport,
-    ZygoteHost,
+    Zygote,
 )
 
 __all__ = ["Engine", "EngineStatistics"]
@@ -86,8 +87,8 @@ class Engine:
         self._scheduler = Scheduler(self.capacity, queue_size, min_free_memory=min_free_memory)
         self.session_idle_timeout = session_idle_timeout
         self.session_disk_bytes = session_disk_bytes
-        self._full = Zygote(preload, limits, self._pool_size)
-        self._lean = Zygote(lean_preload, limits, self._pool_size) if lean else None
+        self._full = WorkerSupply(preload, limits, self._pool_size)
+        self._lean = WorkerSupply(lean_preload, limits, self._pool_size) if lean else None
         self._closing_event = anyio.Event()
         self._stack: contextlib.AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -130,30 +131,30 @@ class Engine:
         self._tg.start_soon(self._supervise)
         self._tg.start_soon(self._sessions.expire_loop)
 
-    def _zygotes(self) -> list[Zygote]:
+    def _supplies(self) -> list[WorkerSupply]:
         return [z for z in (self._full, self._lean) if z is not None]
 
     async def _start_zygote(self) -> None:
         assert self._tg is not None
-        for zygote in self._zygotes():
-            await zygote.start(self._tg)
+        for supply in self._supplies():
+            await supply.start(self._tg)
         self._scheduler.on_running = self._note_running
-        assert self._full.host is not None
-        hello = self._full.host.hello
+        assert self._full.zygote is not None
+        hello = self._full.zygote.hello
         versions = "; ".join(f"{k} {v}" for k, v in sorted(hello.get("versions", {}).items()))
         self.runtime = f"corral {corral.__version__}; python {hello.get('python', '?')}" + (
             f"; {versions}" if versions else ""
         )
 
     def _note_running(self, running: int) -> None:
-        for zygote in self._zygotes():
-            zygote.set_running(running)
+        for supply in self._supplies():
+            supply.set_running(running)
 
     async def _supervise(self) -> None:
         assert self._tg is not None
         async with anyio.create_task_group() as tg:
-            for zygote in self._zygotes():
-                tg.start_soon(zygote.supervise, self._tg, self._closing_event)
+            for supply in self._supplies():
+                tg.start_soon(supply.supervise, self._tg, self._closing_event)
             while not self._closing:
                 await anyio.sleep(_MEMORY_POKE)
                 self._scheduler.poke()
@@ -168,26 +169,26 @@ class Engine:
         with anyio.CancelScope(shield=True):
             if self._sessions is not None:
                 await self._sessions.close_all()
-            for zygote in self._zygotes():
-                await zygote.aclose()
+            for supply in self._supplies():
+                await supply.aclose()
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
         await self._stack.aclose()
         self._stack = None
 
     @property
-    def _host(self) -> ZygoteHost | None:
-        """The full zygote's host (diagnostics and benchmarks)."""
-        return self._full.host
+    def _zygote(self) -> Zygote | None:
+        """The full zygote's handle (diagnostics and benchmarks)."""
+        return self._full.zygote
 
     @property
     def _pool(self) -> WarmPool | None:
         return self._full.pool
 
-    def _hosts(self) -> dict[str, ZygoteHost]:
-        """Every running zygote's host by flavour, "full" first (diagnostics and benchmarks)."""
+    def _zygote_handles(self) -> dict[str, Zygote]:
+        """Every running zygote's handle by flavour, "full" first (diagnostics and benchmarks)."""
         named = {"full": self._full, "lean": self._lean}
-        return {k: z.host for k, z in named.items() if z is not None and z.host is not None}
+        return {k: z.zygote for k, z in named.items() if z is not None and z.zygote is not None}
 
     @property
     def running(self) -> bool:
@@ -226,6 +227,7 @@ class Engine:
         limits: Limits | None = None,
         on_event: RunEventSink | None = None,
         cancel: anyio.Event | None = None,
+        on_output: OutputListener | None = None,
     ) -> ExecutionResult:
         """Run ``code`` once in a fresh worker.
 
@@ -235,6 +237,8 @@ class Engine:
             limits: bounds for this call; the engine's default when None.
             on_event: receives metadata-only lifecycle events.
             cancel: set it to stop the run; the result then has outcome ``cancelled``.
+            on_output: receives stdout and stderr chunks and display bundles as they come,
+                within the run's ceilings; the result is the same with or without it.
 
         Raises:
             EngineClosed: the engine is not running.
@@ -247,7 +251,7 @@ class Engine:
         if problem:
             self._outcomes["invalid_input"] += 1
             return self.refuse("invalid_input", problem, evidence, started)
-        job = Job(started, limits, on_event)
+        job = Job(started, limits, on_event, on_output)
         deadline = anyio.current_time() + limits.timeout
         result: ExecutionResult | None = None
         try:
@@ -274,14 +278,45 @@ class Engine:
         job.finished(result)
         return result
 
+    def stream(
+        self,
+        code: str,
+        *,
+        inputs: Sequence[Input] = (),
+        limits: Limits | None = None,
+        on_event: RunEventSink | None = None,
+        cancel: anyio.Event | None = None,
+    ) -> AsyncGenerator[OutputEvent | ExecutionResult, None]:
+        """Run ``code`` as ``run`` does; yield its OutputEvents, then its ExecutionResult.
+
+        Leaving the loop early cancels the run.
+
+        Raises:
+            EngineClosed: the engine is not running, or stopped during the run.
+        """
+
+        def start(listener: OutputListener, stop: anyio.Event) -> Awaitable[ExecutionResult]:
+            return self.run(
+                code, inputs=inputs, limits=limits, on_event=on_event, cancel=stop,
+                on_output=listener,
+            )  # fmt: skip
+
+        return iterate(self.background(), start, cancel)
+
+    def background(self) -> anyio.abc.TaskGroup:
+        """The engine's task group, for work that outlives one call (streamed runs)."""
+        self._check_open()
+        assert self._tg is not None
+        return self._tg
+
     async def _one_shot(
         self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
     ) -> ExecutionResult:
-        zygote = self._full
+        supply = self._full
         if self._lean is not None and not inputs and stdlib_only(code):
-            zygote = self._lean
-        pool, host = zygote.pool, zygote.host
-        if pool is None or host is None:
+            supply = self._lean
+        pool, zygote = supply.pool, supply.zygote
+        if pool is None or zygote is None:
             raise EngineClosed("the engine has no worker pool")
         try:
             if job.limits.work_bytes == self.limits.work_bytes:
@@ -289,7 +324,7 @@ class Engine:
             else:
                 # The size of /work is fixed when a worker is made: pooled ones have the
                 # engine's, so another size costs a worker of its own.
-                worker = await host.spawn(work_bytes=job.limits.work_bytes)
+                worker = await zygote.spawn(work_bytes=job.limits.work_bytes)
                 try:
                     await worker.wait_ready()
                 except BaseException:
@@ -337,7 +372,7 @@ class Engine:
             logger.warning("worker %s failed: %s", worker.pid, exc)
             return job.stopped("worker_error", f"the worker failed: {exc}", evidence)
         try:
-            return build_result(
+            result = build_result(
                 "ok",
                 job.capture,
                 job.limits,
@@ -348,6 +383,10 @@ class Engine:
             )
         except WorkerError as exc:
             return job.stopped("worker_error", f"the worker sent a bad report: {exc}", evidence)
+        if job.capture.tap is not None:
+            for bundle in result.display:
+                job.capture.tap.display(bundle)
+        return result
 
     # sessions ----------------------------------------------------------------------------
 
@@ -378,10 +417,10 @@ class Engine:
         Raises:
             ZygoteUnavailable: no zygote is running.
         """
-        host = self._full.host
-        if host is None:
+        zygote = self._full.zygote
+        if zygote is None:
             raise ZygoteUnavailable("no zygote")
-        return await host.spawn_holder(self.session_disk_bytes)
+        return await zygote.spawn_holder(self.session_disk_bytes)
 
     def forget_session(self, session_id: str) -> None:
         if self._sessions is not None:
@@ -395,7 +434,7 @@ class Engine:
         self._outcomes[outcome] += 1
 
     def statistics(self) -> EngineStatistics:
-        pools = [z.pool.statistics() for z in self._zygotes() if z.pool is not None]
+        pools = [z.pool.statistics() for z in self._supplies() if z.pool is not None]
         sched = self._scheduler.statistics()
         return EngineStatistics(
             capacity=sched.capacity,
@@ -405,7 +444,7 @@ class Engine:
             pool_size=sum(p.size for p in pools),
             pool_ready=sum(p.ready for p in pools),
             sessions=len(self.sessions()),
-            zygote_restarts=sum(z.restarts for z in self._zygotes()),
+            zygote_restarts=sum(z.restarts for z in self._supplies()),
             runs_by_outcome=dict(self._outcomes),
             scheduler=sched,
         )

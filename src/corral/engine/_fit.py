@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Callable
 
 __all__ = ["StreamFitter", "fit_channels", "marker", "render"]
 
@@ -27,7 +28,8 @@ def marker(omitted: int) -> str:
 class StreamFitter:
     """Decode, strip ANSI escapes and keep a bounded head and tail of one output channel."""
 
-    def __init__(self, ceiling: int) -> None:
+    def __init__(self, ceiling: int, on_head: Callable[[str], None] | None = None) -> None:
+        self._on_head = on_head  # sees each piece of text joining the head: what may stream
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._head_cap = ceiling
         self._tail_cap = ceiling
@@ -67,6 +69,8 @@ class StreamFitter:
         room = self._head_cap - self._head_len
         if room > 0:
             self._head.append(text[:room])
+            if self._on_head is not None:
+                self._on_head(text[:room])
             self._head_len += min(room, len(text))
             text = text[room:]
         if text:

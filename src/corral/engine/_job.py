@@ -14,6 +14,7 @@ from corral._limits import Limits
 from corral.engine._inputs import Input, RunEvent, RunEventSink
 from corral.engine._outcome import Capture, build_result
 from corral.engine._result import Evidence, ExecutionResult, Outcome
+from corral.engine._stream import OutputListener, OutputTap
 from corral.sandbox import Worker
 
 __all__ = ["Job", "cancel_on", "request_for", "validate_request", "watch_cancel"]
@@ -90,10 +91,16 @@ async def cancel_on(event: anyio.Event, scope: anyio.CancelScope, job: Job) -> N
 class Job:
     """Book-keeping for one run: timing, capture and metadata-only events."""
 
-    def __init__(self, started: float, limits: Limits, on_event: RunEventSink | None) -> None:
+    def __init__(
+        self,
+        started: float,
+        limits: Limits,
+        on_event: RunEventSink | None,
+        on_output: OutputListener | None = None,
+    ) -> None:
         self.started = started
         self.limits = limits
-        self.capture = Capture(limits)
+        self.capture = Capture(limits, None if on_output is None else OutputTap(on_output, limits))
         self._on_event = on_event
         self.admitted_at: float | None = None
         self.cancelled_explicitly = False

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import partial
 from typing import Any, Literal
 
 from corral._limits import Limits
 from corral.engine._fit import StreamFitter, fit_channels
 from corral.engine._result import ErrorInfo, ExecutionResult, FileInfo, MimeBundle, Omitted, Outcome
+from corral.engine._stream import OutputTap
 from corral.errors import WorkerProtocolError
 
 __all__ = ["Capture", "build_result"]
@@ -19,9 +21,14 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 class Capture:
     """The bounded stdout and stderr of one run, filled while it runs."""
 
-    def __init__(self, limits: Limits) -> None:
-        self.stdout = StreamFitter(limits.output_chars)
-        self.stderr = StreamFitter(limits.output_chars)
+    def __init__(self, limits: Limits, tap: OutputTap | None = None) -> None:
+        self.tap = tap
+        if tap is None:
+            self.stdout = StreamFitter(limits.output_chars)
+            self.stderr = StreamFitter(limits.output_chars)
+        else:
+            self.stdout = StreamFitter(limits.output_chars, partial(tap.text, "stdout"))
+            self.stderr = StreamFitter(limits.output_chars, partial(tap.text, "stderr"))
 
 
 def _str_dict(value: Any, what: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import dataclasses
 import os
 import secrets
 import time
-from collections.abc import AsyncIterable
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -25,6 +25,7 @@ from corral.engine._files import SessionFiles
 from corral.engine._inputs import RunEventSink
 from corral.engine._job import Job, validate_request, watch_cancel
 from corral.engine._result import Evidence, ExecutionResult, FileInfo, Outcome
+from corral.engine._stream import OutputEvent, OutputListener, iterate
 from corral.errors import Busy, SessionClosed, SessionExists, SessionNotFound, WorkerError
 from corral.sandbox import OUTER_ID
 
@@ -71,8 +72,11 @@ class Session:
         limits: Limits | None = None,
         on_event: RunEventSink | None = None,
         cancel: anyio.Event | None = None,
+        on_output: OutputListener | None = None,
     ) -> ExecutionResult:
         """Run ``code`` in this session's interpreter; state persists between runs.
+
+        ``on_output`` receives output while the code runs, as for ``Engine.run``.
 
         Raises:
             SessionClosed: the session was closed or expired.
@@ -88,7 +92,7 @@ class Session:
         if problem:
             self._engine.count_outcome("invalid_input")
             return self._engine.refuse("invalid_input", problem, evidence, started)
-        job = Job(started, limits, on_event)
+        job = Job(started, limits, on_event, on_output)
         result: ExecutionResult | None = None
         deadline = anyio.current_time() + limits.timeout
         with anyio.CancelScope(deadline=deadline) as scope:
@@ -107,6 +111,29 @@ class Session:
         job.finished(result)
         self.touch()
         return result
+
+    def stream(
+        self,
+        code: str,
+        *,
+        limits: Limits | None = None,
+        on_event: RunEventSink | None = None,
+        cancel: anyio.Event | None = None,
+    ) -> AsyncGenerator[OutputEvent | ExecutionResult, None]:
+        """Run ``code`` as ``run`` does; yield its OutputEvents, then its ExecutionResult.
+
+        Leaving the loop early cancels the run (which restarts the interpreter).
+
+        Raises:
+            SessionClosed: the session was closed or expired.
+            EngineClosed: the engine is not running, or stopped during the run.
+        """
+        self._check_open()
+
+        def start(listener: OutputListener, stop: anyio.Event) -> Awaitable[ExecutionResult]:
+            return self.run(code, limits=limits, on_event=on_event, cancel=stop, on_output=listener)
+
+        return iterate(self._engine.background(), start, cancel)
 
     async def _execute(self, job: Job, code: str, evidence: Evidence) -> ExecutionResult:
         if self._worker is None:

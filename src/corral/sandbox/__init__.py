@@ -4,17 +4,22 @@ Above: corral.engine, which schedules runs, applies deadlines and fits output. B
 Linux kernel (namespaces, seccomp, rlimits) and CPython. Knows nothing of sessions, deadlines,
 outcomes or wire formats: it starts workers, passes one request to each and reports what
 came back.
+
+The tree shows the boundary: ``inside/`` is the code that runs in the sandbox (the zygote, its
+workers and session holders), ``host/`` the engine-side handles on them (zygote, worker,
+holder, pool, doctor), and ``_protocol`` / ``_seqpacket`` / ``_syscalls`` the boundary both
+sides share.
 """
 
 from corral._public import publish as _publish
-from corral.sandbox._doctor import DoctorReport, Feature, doctor
-from corral.sandbox._holder_client import Holder
-from corral.sandbox._host import DEFAULT_PRELOAD, ZygoteHost
-from corral.sandbox._pool import PoolStatistics, WarmPool
-from corral.sandbox._rootfs import OUTER_ID
-from corral.sandbox._seccomp import DENIED_SYSCALLS
 from corral.sandbox._syscalls import as_fs_owner
-from corral.sandbox._worker import OutputSink, Worker, WorkerReport
+from corral.sandbox.host._doctor import DoctorReport, Feature, doctor
+from corral.sandbox.host._holder import Holder
+from corral.sandbox.host._pool import PoolStatistics, WarmPool
+from corral.sandbox.host._worker import OutputSink, Worker, WorkerReport
+from corral.sandbox.host._zygote import DEFAULT_PRELOAD, Zygote
+from corral.sandbox.inside._rootfs import OUTER_ID
+from corral.sandbox.inside._seccomp import DENIED_SYSCALLS
 
 __all__ = [
     "DEFAULT_PRELOAD",
@@ -28,7 +33,7 @@ __all__ = [
     "WarmPool",
     "Worker",
     "WorkerReport",
-    "ZygoteHost",
+    "Zygote",
     "as_fs_owner",
     "doctor",
 ]

@@ -12,7 +12,7 @@ import anyio
 
 from corral.errors import WorkerCrashed, ZygoteUnavailable
 from corral.sandbox._seqpacket import areceive, asend
-from corral.sandbox._worker import Worker
+from corral.sandbox.host._worker import Worker
 
 __all__ = ["Holder"]
 

@@ -23,9 +23,9 @@ import types
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from corral.sandbox import _isolate
-from corral.sandbox._cell import Display, execute_cell
 from corral.sandbox._protocol import encode_bytes, encode_json, read_frame_sync, write_frames_sync
+from corral.sandbox.inside import _isolate
+from corral.sandbox.inside._cell import Display, execute_cell
 
 __all__ = [
     "DISPLAY",

@@ -22,13 +22,13 @@ import anyio.abc
 
 import corral
 from corral.errors import IsolationError, ZygoteUnavailable
-from corral.sandbox._holder_client import Holder
-from corral.sandbox._isolate import SANDBOX_ENV
-from corral.sandbox._rootfs import OUTER_ID
 from corral.sandbox._seqpacket import areceive, asend
-from corral.sandbox._worker import Worker
+from corral.sandbox.host._holder import Holder
+from corral.sandbox.host._worker import Worker
+from corral.sandbox.inside._isolate import SANDBOX_ENV
+from corral.sandbox.inside._rootfs import OUTER_ID
 
-__all__ = ["DEFAULT_PRELOAD", "ZygoteHost"]
+__all__ = ["DEFAULT_PRELOAD", "Zygote"]
 
 logger = logging.getLogger("corral.sandbox")
 
@@ -39,12 +39,12 @@ _SPAWN_TIMEOUT = 10.0  # seconds for the zygote to clone; it only ever forks
 # (a script's folder, say) is no business of the sandbox.
 _BOOTSTRAP = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-    "from corral.sandbox._zygote import main; main(sys.argv[1:])"
+    "from corral.sandbox.inside._zygote import main; main(sys.argv[1:])"
 )
 _CORRAL_PARENT = str(Path(corral.__file__).resolve().parent.parent)
 
 
-class ZygoteHost:
+class Zygote:
     """One running zygote and the workers it has spawned for us."""
 
     def __init__(

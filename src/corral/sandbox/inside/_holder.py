@@ -16,9 +16,9 @@ import selectors
 import signal
 import socket
 
-from corral.sandbox import _isolate, _runner
 from corral.sandbox import _syscalls as sc
 from corral.sandbox._seqpacket import receive, send
+from corral.sandbox.inside import _isolate, _runner
 
 __all__ = ["holder_main"]
 

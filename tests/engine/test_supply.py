@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from corral.engine import Engine, Input
-from corral.engine._zygotes import stdlib_only
+from corral.engine._supply import stdlib_only
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The engine's zygotes: each one a supervised fork server with its own warm pool.
+"""Worker supplies: each one a supervised zygote with its own warm pool of ready workers.
 
 The full zygote has the preload set (numpy, pandas, matplotlib) imported; a lean one has only
 the runner. Forking costs in proportion to the parent's memory, so code that imports nothing
@@ -18,9 +18,9 @@ import anyio.abc
 
 from corral._limits import Limits
 from corral.errors import IsolationError, WorkerError
-from corral.sandbox import WarmPool, ZygoteHost, doctor
+from corral.sandbox import WarmPool, Zygote, doctor
 
-__all__ = ["Zygote", "stdlib_only"]
+__all__ = ["WorkerSupply", "stdlib_only"]
 
 logger = logging.getLogger("corral.engine")
 
@@ -51,30 +51,30 @@ def stdlib_only(code: str) -> bool:
     return True
 
 
-async def _probe(host: ZygoteHost) -> None:
+async def _probe(zygote: Zygote) -> None:
     """Refuse to start unless one worker can be built: a host without user namespaces (say)
     must fail here, with a reason, rather than time out every run later."""
     try:
-        worker = await host.spawn()
+        worker = await zygote.spawn()
         try:
             await worker.wait_ready()
         finally:
             worker.close()
     except WorkerError as exc:
-        await host.aclose()
+        await zygote.aclose()
         raise IsolationError(
             f"cannot start an isolated worker ({exc}); `corral doctor` shows what is missing"
         ) from exc
 
 
-class Zygote:
+class WorkerSupply:
     """One zygote process, restarted when it dies, and its pool of ready workers."""
 
     def __init__(self, preload: Sequence[str], limits: Limits, pool_size: int) -> None:
         self.preload = tuple(preload)
         self._limits = limits
         self._pool_size = pool_size
-        self.host: ZygoteHost | None = None
+        self.zygote: Zygote | None = None
         self.pool: WarmPool | None = None
         self.restarts = 0
         self._running = 0
@@ -82,7 +82,7 @@ class Zygote:
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Raises: IsolationError (with doctor's reasons), ZygoteUnavailable."""
         limits = self._limits
-        host = ZygoteHost(
+        zygote = Zygote(
             preload=self.preload,
             max_file_bytes=limits.max_file_bytes,
             static={
@@ -93,17 +93,17 @@ class Zygote:
             },
         )
         try:
-            await host.start(task_group)
-            await _probe(host)
+            await zygote.start(task_group)
+            await _probe(zygote)
         except IsolationError as exc:
             problems = "; ".join((await anyio.to_thread.run_sync(doctor)).problems)
             if not problems:
                 raise
             raise IsolationError(f"{exc}. corral doctor: {problems}") from exc
-        pool = WarmPool(host, self._pool_size)
+        pool = WarmPool(zygote, self._pool_size)
         pool.set_running(self._running)
         await pool.run(task_group)
-        self.host, self.pool = host, pool
+        self.zygote, self.pool = zygote, pool
 
     def set_running(self, running: int) -> None:
         self._running = running
@@ -113,15 +113,15 @@ class Zygote:
     async def supervise(self, task_group: anyio.abc.TaskGroup, closing: anyio.Event) -> None:
         """Replace the zygote whenever it dies, until ``closing`` is set."""
         while not closing.is_set():
-            host = self.host
-            assert host is not None
-            await host.dead.wait()
+            zygote = self.zygote
+            assert zygote is not None
+            await zygote.dead.wait()
             if closing.is_set():
                 return
-            logger.error("zygote %s died; restarting it", host.pid)
+            logger.error("zygote %s died; restarting it", zygote.pid)
             if self.pool is not None:
                 self.pool.close()
-            await host.aclose()
+            await zygote.aclose()
             self.restarts += 1
             while not closing.is_set():
                 try:
@@ -134,5 +134,5 @@ class Zygote:
     async def aclose(self) -> None:
         if self.pool is not None:
             self.pool.close()
-        if self.host is not None:
-            await self.host.aclose()
+        if self.zygote is not None:
+            await self.zygote.aclose()

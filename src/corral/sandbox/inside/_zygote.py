@@ -1,6 +1,6 @@
 """The zygote: a single-threaded fork server with the runtime already imported.
 
-Started by the engine as ``python -m corral.sandbox._zygote`` with a scrubbed environment.
+Started by the engine as ``python -m corral.sandbox.inside._zygote`` with a scrubbed environment.
 As root it imports the preload set, compiles the seccomp policy, builds the template root in
 a private mount namespace, then drops to an unprivileged uid for good. From then on it only
 clones workers (each into new user, pid, mount, network, ipc and uts namespaces), hands the
@@ -19,12 +19,13 @@ import socket
 import sys
 from typing import Any
 
-# Imported here, as root: after dropping privileges the zygote may not be able to read its
-# own source (a checkout under /root, say), and every child needs these.
-from corral.sandbox._holder import holder_main
-from corral.sandbox._runner import run_then_exit, worker_main
 from corral.sandbox._seqpacket import receive as _recv
 from corral.sandbox._seqpacket import send as _send
+
+# Imported here, as root: after dropping privileges the zygote may not be able to read its
+# own source (a checkout under /root, say), and every child needs these.
+from corral.sandbox.inside._holder import holder_main
+from corral.sandbox.inside._runner import run_then_exit, worker_main
 
 __all__ = ["main"]
 
@@ -145,10 +146,10 @@ def main(argv: list[str] | None = None) -> None:
         modules = [m for m in args.preload.split(",") if m]
         versions = _preload(modules)
         import corral.numeric  # noqa: F401 - importable inside the sandbox at no cost
-        from corral.sandbox import _runner
-        from corral.sandbox._cell import install_display
-        from corral.sandbox._rootfs import build_template, enter_base, runtime_paths
-        from corral.sandbox._seccomp import build_policy_bpf
+        from corral.sandbox.inside import _runner
+        from corral.sandbox.inside._cell import install_display
+        from corral.sandbox.inside._rootfs import build_template, enter_base, runtime_paths
+        from corral.sandbox.inside._seccomp import build_policy_bpf
 
         install_display(_runner.DISPLAY)
         bpf = build_policy_bpf()

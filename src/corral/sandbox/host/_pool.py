@@ -14,8 +14,8 @@ import anyio
 import anyio.abc
 
 from corral.errors import WorkerError
-from corral.sandbox._host import ZygoteHost
-from corral.sandbox._worker import Worker
+from corral.sandbox.host._worker import Worker
+from corral.sandbox.host._zygote import Zygote
 
 __all__ = ["PoolStatistics", "WarmPool"]
 
@@ -39,8 +39,8 @@ class WarmPool:
     refills wait for the runs to finish. Below the low-water mark they start at once.
     """
 
-    def __init__(self, host: ZygoteHost, size: int, *, low_water: int = 1) -> None:
-        self._host = host
+    def __init__(self, zygote: Zygote, size: int, *, low_water: int = 1) -> None:
+        self._zygote = zygote
         self.size = size
         self._low_water = min(low_water, size)
         self._send, self._receive = anyio.create_memory_object_stream[Worker](size)
@@ -72,7 +72,7 @@ class WarmPool:
             await self._changed.wait()
 
     async def _refill(self) -> None:
-        while not self._host.dead.is_set():
+        while not self._zygote.dead.is_set():
             await self._slots.acquire()
             try:
                 await self._wait_for_quiet()
@@ -82,7 +82,7 @@ class WarmPool:
                 raise
             if worker is None:
                 self._slots.release()
-                if self._host.dead.is_set():
+                if self._zygote.dead.is_set():
                     return
                 await anyio.sleep(0.1)  # back off; the supervisor replaces a broken zygote
                 continue
@@ -95,7 +95,7 @@ class WarmPool:
 
     async def _prepare(self) -> Worker | None:
         try:
-            worker = await self._host.spawn()
+            worker = await self._zygote.spawn()
             self._spawned += 1
             try:
                 await worker.wait_ready()
@@ -104,7 +104,7 @@ class WarmPool:
                 raise
         except WorkerError:
             self._failed += 1
-            if not self._host.dead.is_set():
+            if not self._zygote.dead.is_set():
                 logger.exception("could not prepare a worker")
             return None
         return worker

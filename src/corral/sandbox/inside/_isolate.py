@@ -17,7 +17,7 @@ import resource
 from collections.abc import Mapping
 
 from corral.sandbox import _syscalls as sc
-from corral.sandbox._rootfs import SANDBOX_GID, SANDBOX_UID
+from corral.sandbox.inside._rootfs import SANDBOX_GID, SANDBOX_UID
 
 __all__ = ["SANDBOX_ENV", "bound_run", "enter", "lock_down"]
 

@@ -1,0 +1,9 @@
+"""Code that runs inside the sandbox: the zygote, the workers it forks and their runner.
+
+Everything here executes in the zygote process or in a worker or session holder forked from
+it: isolation (namespaces, root file system, seccomp, rlimits), the runner and its cell
+semantics, the session holder. It is synchronous, imports only the standard library and the
+boundary modules beside this package (``corral.sandbox._protocol``, ``_seqpacket``,
+``_syscalls``), and never the server-side handles in ``corral.sandbox.host``. Nothing here is
+public API.
+"""
