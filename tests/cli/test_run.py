@@ -161,3 +161,20 @@ def test_out_dir_never_leaves_its_folder(tmp_path: Path) -> None:
     written = [n for n in notes if "not written" not in n]
     assert written == [f"[file: fine.txt -> {out / 'fine.txt'} (1 bytes)]"], notes
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["fine.txt"]
+
+
+def test_output_is_printed_while_the_code_still_runs() -> None:
+    # The code never ends on its own: its first line can only be seen if it is streamed.
+    process = subprocess.Popen(
+        [CORRAL, "run", "--timeout", "60", "-c", "print('first', flush=True)\nwhile True: pass"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "first\n"
+        assert process.poll() is None  # still running: the line came live
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+        if process.stdout is not None:
+            process.stdout.close()

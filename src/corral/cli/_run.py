@@ -14,7 +14,7 @@ import anyio
 from corral import _fs
 from corral._config import Config
 from corral.cli._main import EXIT_INVALID, EXIT_OK, EXIT_OTHER, EXIT_PYTHON_ERROR
-from corral.engine import Engine, ExecutionResult, Input, stdlib_only
+from corral.engine import Engine, ExecutionResult, Input, OutputEvent, stdlib_only
 from corral.errors import CorralError, SourceError
 
 __all__ = ["run_command"]
@@ -86,13 +86,25 @@ def _save_outputs(result: ExecutionResult, out_dir: Path) -> list[str]:
     return notes
 
 
-def _print_human(result: ExecutionResult, saved: list[str] | None) -> None:
-    sys.stdout.write(result.stdout)
+def _print_live(event: OutputEvent) -> None:
+    """Write stdout and stderr as the run produces them (displays are listed at the end)."""
+    if event.kind == "stdout":
+        sys.stdout.write(event.text)
+        sys.stdout.flush()
+    elif event.kind == "stderr":
+        sys.stderr.write(event.text)
+        sys.stderr.flush()
+
+
+def _print_human(result: ExecutionResult, saved: list[str] | None, *, streamed: bool) -> None:
+    if not streamed:
+        sys.stdout.write(result.stdout)
     if result.result:
         text = result.result.get("text/plain", "")
         sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
     sys.stdout.flush()
-    sys.stderr.write(result.stderr)
+    if not streamed:
+        sys.stderr.write(result.stderr)
     written = {line.split(":", 1)[0] for line in saved or ()}
     for number, entry in enumerate(result.display, 1):
         text = entry.get("text/plain")
@@ -145,7 +157,9 @@ def run_command(args: argparse.Namespace) -> int:
             else Engine(capacity=1, pool_size=1, limits=limits, lean=False)
         )
         async with engine:
-            return await engine.run(code, inputs=inputs, limits=limits)
+            # Live output for a person at a terminal; --json prints one document at the end.
+            listener = None if args.json else _print_live
+            return await engine.run(code, inputs=inputs, limits=limits, on_output=listener)
 
     result = anyio.run(once)
     saved = None
@@ -160,7 +174,7 @@ def run_command(args: argparse.Namespace) -> int:
         for line in saved or ():
             print(line, file=sys.stderr)
     else:
-        _print_human(result, saved)
+        _print_human(result, saved, streamed=True)
     if result.outcome == "ok":
         return EXIT_OK
     if result.outcome == "python_error":
