@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import errno
 import functools
+import ipaddress
 import os
 import secrets
 import socket
@@ -64,6 +65,23 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def container_warning(config: Config) -> str | None:
+    """What to say when container mode listens beyond loopback without ``SESSION_ID``."""
+    if config.mode != "container" or config.session_id is not None:
+        return None
+    try:
+        if ipaddress.ip_address(config.bind_host).is_loopback:
+            return None
+    except ValueError:
+        if config.bind_host == "localhost":
+            return None
+    return (
+        f"warning: container mode listens on {config.bind_host} without SESSION_ID and has no "
+        "authentication: anyone who reaches this port can run code and read its files. Set "
+        "SESSION_ID (DIAL sends it as x-dial-session-id) or bind --host 127.0.0.1."
+    )
+
+
 def serve_command(args: argparse.Namespace) -> int:
     from corral.http import serve_async
 
@@ -72,6 +90,9 @@ def serve_command(args: argparse.Namespace) -> int:
     )
     # Bound first: a port in use is one line at once, not an error after the engine started.
     sock = listen(config.bind_host, config.bind_port)
+    warning = container_warning(config)
+    if warning is not None:
+        print(f"corral: {warning}", file=sys.stderr)
     try:
         if config.mode == "gateway" and not config.api_keys:
             # Embedded defaults still require a key: one is made once and kept with the data.

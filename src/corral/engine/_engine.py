@@ -79,6 +79,7 @@ class Engine:
         min_free_memory: int = 256 * 1024 * 1024,
         lean: bool = True,
         lean_preload: Sequence[str] = (),
+        session_data_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.capacity = capacity or os.cpu_count() or 1
         self.limits = limits
@@ -87,7 +88,10 @@ class Engine:
         self._scheduler = Scheduler(self.capacity, queue_size, min_free_memory=min_free_memory)
         self.session_idle_timeout = session_idle_timeout
         self.session_disk_bytes = session_disk_bytes
-        self._full = WorkerSupply(preload, limits, self._pool_size)
+        # A host folder as every session's /mnt/data (container mode's MOUNT_FOLDER): files
+        # outlive the holder, and the folder's own size, not session_disk_bytes, bounds them.
+        data_dir = None if session_data_dir is None else os.fspath(session_data_dir)
+        self._full = WorkerSupply(preload, limits, self._pool_size, data_dir)
         self._lean = WorkerSupply(lean_preload, limits, self._pool_size) if lean else None
         self._closing_event = anyio.Event()
         self._stack: contextlib.AsyncExitStack | None = None

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import logging
+import os
+import stat
 import sys
 from collections.abc import Sequence
 
@@ -17,8 +19,8 @@ import anyio
 import anyio.abc
 
 from corral._limits import Limits
-from corral.errors import IsolationError, WorkerError
-from corral.sandbox import WarmPool, Zygote, doctor
+from corral.errors import ConfigError, IsolationError, WorkerError
+from corral.sandbox import OUTER_ID, WarmPool, Zygote, doctor
 
 __all__ = ["WorkerSupply", "stdlib_only"]
 
@@ -67,11 +69,36 @@ async def _probe(zygote: Zygote) -> None:
         ) from exc
 
 
+def prepare_data_dir(path: str) -> None:
+    """Make ``path`` a folder the sandbox user can write: created if missing, owned by the
+    host uid the sandbox runs as. Files already in it keep their owners and modes.
+
+    Raises:
+        ConfigError: it cannot be created, or is not a directory (a link is refused).
+    """
+    try:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        info = os.stat(path, follow_symlinks=False)
+        if not stat.S_ISDIR(info.st_mode):
+            raise ConfigError(f"the session data folder {path} is not a directory")
+        if (info.st_uid, info.st_gid) != (OUTER_ID, OUTER_ID):
+            os.chown(path, OUTER_ID, OUTER_ID, follow_symlinks=False)
+    except OSError as exc:
+        raise ConfigError(f"cannot use {path} as the session data folder: {exc.strerror}") from exc
+
+
 class WorkerSupply:
     """One zygote process, restarted when it dies, and its pool of ready workers."""
 
-    def __init__(self, preload: Sequence[str], limits: Limits, pool_size: int) -> None:
+    def __init__(
+        self,
+        preload: Sequence[str],
+        limits: Limits,
+        pool_size: int,
+        session_data_dir: str | None = None,
+    ) -> None:
         self.preload = tuple(preload)
+        self._session_data_dir = session_data_dir
         self._limits = limits
         self._pool_size = pool_size
         self.zygote: Zygote | None = None
@@ -80,8 +107,11 @@ class WorkerSupply:
         self._running = 0
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
-        """Raises: IsolationError (with doctor's reasons), ZygoteUnavailable."""
+        """Raises: IsolationError (with doctor's reasons), ZygoteUnavailable, ConfigError (an
+        unusable session data folder)."""
         limits = self._limits
+        if self._session_data_dir is not None:
+            await anyio.to_thread.run_sync(prepare_data_dir, self._session_data_dir)
         zygote = Zygote(
             preload=self.preload,
             max_file_bytes=limits.max_file_bytes,
@@ -91,6 +121,7 @@ class WorkerSupply:
                 "file_bytes": limits.file_bytes,
                 "open_files": limits.open_files,
             },
+            data_dir=self._session_data_dir,
         )
         try:
             await zygote.start(task_group)

@@ -24,6 +24,9 @@ def engine_options(config: Config) -> dict[str, Any]:
     if config.mode == "container":
         # The platform, not corral, ends this session.
         options["session_idle_timeout"] = _CONTAINER_SESSION_LIFETIME
+        # DIAL's container keeps its files in MOUNT_FOLDER, where a volume or a sidecar sees
+        # them and where they outlive a restart.
+        options["session_data_dir"] = config.mount_folder
     return options
 
 

@@ -55,7 +55,10 @@ class Zygote:
         gid: int = OUTER_ID,
         max_file_bytes: int = 16 * 1024 * 1024,
         static: dict[str, int] | None = None,
+        data_dir: str | None = None,
     ) -> None:
+        self._data_dir = data_dir
+        """A host folder session holders bind as their data dir instead of a tmpfs."""
         self._static = static or {
             "work_bytes": 128 << 20,
             "pids": 64,
@@ -101,6 +104,7 @@ class Zygote:
             str(self._uid),
             "--gid",
             str(self._gid),
+            *(["--data-dir", self._data_dir] if self._data_dir else []),
         ]
         self._process = await anyio.to_thread.run_sync(
             # Its own session: a terminal's Ctrl-C is for the server, which stops the zygote.

@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preload", default="numpy,pandas,matplotlib")
     parser.add_argument("--uid", type=int, default=65534)
     parser.add_argument("--gid", type=int, default=65534)
+    parser.add_argument("--data-dir", default=None, help="host folder for session holders")
     args = parser.parse_args(argv)
     ctl = socket.socket(fileno=args.ctl_fd)
 
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         install_display(_runner.DISPLAY)
         bpf = build_policy_bpf()
         sc.unshare(0x00020000)
-        template, staged = build_template(runtime_paths())
+        template, staged = build_template(runtime_paths(), data_dir=args.data_dir)
         layout = (enter_base(template), staged)
         _drop_privileges(args.uid, args.gid)
     except BaseException as exc:  # noqa: BLE001 - the engine turns this into IsolationError
