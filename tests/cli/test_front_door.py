@@ -66,3 +66,10 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert lines[-1] == f"corral serve: cannot listen: 127.0.0.1:{port}: Address already in use"
     assert "Traceback" not in done.stderr
     assert "ExceptionGroup" not in done.stderr
+
+
+def test_the_chat_help_names_the_model_chat_uses() -> None:
+    from corral.mistral import DEFAULT_CHAT_MODEL
+
+    done = corral("chat", "--help")
+    assert f"default {DEFAULT_CHAT_MODEL}" in " ".join(done.stdout.split())

@@ -15,6 +15,7 @@ EXIT_OK = 0
 EXIT_PYTHON_ERROR = 1
 EXIT_INVALID = 2
 EXIT_OTHER = 3
+_CHAT_MODEL = "mistral-medium-latest"  # corral.mistral.DEFAULT_CHAT_MODEL, without importing it
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,7 +38,12 @@ def _parser() -> argparse.ArgumentParser:
         help="mount a file as an input (CSV, TSV, XLSX, JSON and text also as text; any "
         "other file as its bytes); repeatable",
     )
-    run.add_argument("--timeout", type=float, metavar="S", help="seconds for the whole run")
+    run.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="seconds for the whole run (default: [engine] timeout of corral.toml)",
+    )
     run.add_argument(
         "--out-dir",
         metavar="DIR",
@@ -81,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     call.add_argument("--config", metavar="FILE", help="corral.toml")
 
     chat = commands.add_parser("chat", help="a terminal agent on Mistral using corral's tools")
-    chat.add_argument("--model", default=None, help="chat model (default mistral-medium-latest)")
+    chat.add_argument("--model", default=None, help=f"chat model (default {_CHAT_MODEL})")
     chat.add_argument("--config", metavar="FILE", help="corral.toml")
     return parser
 
