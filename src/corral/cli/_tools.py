@@ -50,12 +50,14 @@ class _Toolbox:
 
 
 @contextlib.asynccontextmanager
-async def _toolbox(config: Config) -> AsyncIterator[_Toolbox]:
+async def _toolbox(config: Config, *, run: bool = True) -> AsyncIterator[_Toolbox]:
+    """The registry of one invocation; ``run=False`` for listing, which starts no engine."""
     registry = ToolRegistry()
     tool_config = CodeInterpreterConfig.from_toml(config.raw_toml)
     invocation = Invocation(max_calls=tool_config.max_calls)
     settings = MistralSettings.load(config.raw_toml, os.environ)
-    async with Engine(capacity=1, pool_size=1, limits=config.limits()) as engine:
+    engine = Engine(capacity=1, pool_size=1, limits=config.limits())
+    async with engine if run else contextlib.nullcontext(engine):
         register_code_interpreter(registry, engine, invocation, config=tool_config)
         local = set(registry.names())
         async with MistralClient.from_settings(settings) as client:
@@ -88,7 +90,7 @@ def tools_command(args: argparse.Namespace) -> int:
 
 
 async def _list(config: Config) -> int:
-    async with _toolbox(config) as box:
+    async with _toolbox(config, run=False) as box:
         for tool in export_tools(box.registry.active(), "mcp"):
             name = str(tool["name"])
             summary = str(tool.get("description", "")).strip().splitlines()
