@@ -55,15 +55,17 @@ def test_unknown_keys_are_one_line_and_exit_2(tmp_path: Path, toml: str, where: 
 
 
 @pytest.mark.isolation
-def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [["serve", "--port"], ["mcp", "--http"]])
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path, command: list[str]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = corral("serve", "--port", str(port), XDG_DATA_HOME=str(tmp_path))
+        done = corral(*command, str(port), XDG_DATA_HOME=str(tmp_path))
     assert done.returncode == 2
     lines = done.stderr.splitlines()
-    assert lines[-1] == f"corral serve: cannot listen: 127.0.0.1:{port}: Address already in use"
+    expected = f"corral {command[0]}: cannot listen: 127.0.0.1:{port}: Address already in use"
+    assert lines[-1] == expected
     assert "Traceback" not in done.stderr
     assert "ExceptionGroup" not in done.stderr
 
