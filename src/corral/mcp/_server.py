@@ -53,7 +53,7 @@ _INSTRUCTIONS = (
     "corral runs Python in fresh, isolated sandboxes. Use code_interpreter for any "
     "calculation or data transformation instead of doing it in prose; register files with "
     "source_add and pass their ids in sourceIds; use code_session when state must persist "
-    "between steps. Each MCP session has its own sources and call budget."
+    "between steps. Each MCP session has its own sources (and call budget, when one is set)."
 )
 
 Context = ServerRequestContext[SessionTable, Any]
