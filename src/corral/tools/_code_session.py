@@ -308,10 +308,10 @@ class _Handler:
                         outcome: Outcome = "busy" if isinstance(exc, Busy) else "worker_error"
                         return self._refuse(outcome, str(exc), code, limits)
                 session = slot.session
-            if attempt == 0:
-                problem = await self._copy_sources(invocation, session, ids, notes)
-                if problem is not None:
-                    return self._refuse("unavailable_source", problem, code, limits)
+            # Again on the second attempt: that one runs in a fresh session.
+            problem = await self._copy_sources(invocation, session, ids, notes)
+            if problem is not None:
+                return self._refuse("unavailable_source", problem, code, limits)
             try:
                 return await session.run(
                     code, limits=limits, on_event=reporter.on_run_event, cancel=invocation.cancelled
