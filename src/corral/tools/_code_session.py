@@ -279,6 +279,8 @@ class _Handler:
             data = source.original if source.original is not None else source.text
             try:
                 await session.put_file(name, data)
+            except SessionClosed:
+                raise
             except (InvalidPath, FileTooLarge, OSError, CorralError) as exc:
                 return f"source {source.id} could not be copied into the session: {exc}"
             notes.append(f"Source {source.id} is {_SESSION_ROOT}/{name}.")
@@ -308,11 +310,11 @@ class _Handler:
                         outcome: Outcome = "busy" if isinstance(exc, Busy) else "worker_error"
                         return self._refuse(outcome, str(exc), code, limits)
                 session = slot.session
-            # Again on the second attempt: that one runs in a fresh session.
-            problem = await self._copy_sources(invocation, session, ids, notes)
-            if problem is not None:
-                return self._refuse("unavailable_source", problem, code, limits)
             try:
+                # Again on the second attempt: that one runs in a fresh session.
+                problem = await self._copy_sources(invocation, session, ids, notes)
+                if problem is not None:
+                    return self._refuse("unavailable_source", problem, code, limits)
                 return await session.run(
                     code, limits=limits, on_event=reporter.on_run_event, cancel=invocation.cancelled
                 )
