@@ -1,4 +1,4 @@
-"""The framed worker protocol: every frame from a worker is untrusted."""
+"""The typed worker protocol: messages round-trip, and malformed ones are protocol errors."""
 
 from __future__ import annotations
 
@@ -11,17 +11,39 @@ import pytest
 
 from corral.errors import WorkerError, WorkerProtocolError
 from corral.sandbox._protocol import (
-    MAX_CONTROL_FRAME,
-    FrameDecoder,
-    encode_bytes,
-    encode_json,
+    HEADER,
+    Display,
+    InputSpec,
+    RunLimits,
+    RunRequest,
+    Started,
+    decode_message,
+    decode_request,
+    encode_message,
     read_frame_sync,
     write_frames_sync,
+)
+
+LIMITS = RunLimits(
+    memory_bytes=1 << 30,
+    cpu_seconds=10,
+    pids=64,
+    file_bytes=1 << 20,
+    open_files=64,
+    max_files=3,
+    max_file_bytes=1000,
+    max_display=2,
+    display_bytes=10_000,
+    output_chars=100,
 )
 
 
 def _frame(kind: bytes, payload: bytes) -> bytes:
     return struct.pack(">I", len(payload)) + kind + payload
+
+
+def _payload(frame: bytes) -> bytes:
+    return frame[HEADER.size :]
 
 
 @pytest.fixture
@@ -40,72 +62,58 @@ def test_protocol_error_is_a_worker_error() -> None:
     assert issubclass(WorkerProtocolError, WorkerError)
 
 
-def test_frames_round_trip_byte_by_byte() -> None:
-    message = {"t": "done", "result": {"text/plain": "é 中 😀"}, "n": [1, 2.5, None]}
-    blob = bytes(range(256))
-    wire = encode_json(message) + encode_bytes(blob) + encode_bytes(b"")
-    decoder = FrameDecoder(MAX_CONTROL_FRAME)
-    frames = []
-    for i in range(len(wire)):  # a frame split anywhere is reassembled
-        frames.extend(decoder.feed(wire[i : i + 1]))
-    assert frames == [("J", message), ("B", blob), ("B", b"")]
-    assert decoder.pending == 0
-
-
-def test_several_frames_in_one_chunk() -> None:
-    decoder = FrameDecoder(1024)
-    wire = encode_json({"t": "started"}) + encode_json({"t": "done"})
-    assert decoder.feed(wire + wire[:3]) == [("J", {"t": "started"}), ("J", {"t": "done"})]
-    assert decoder.pending == 3
-
-
-def test_oversized_frame_is_refused_from_its_header() -> None:
-    decoder = FrameDecoder(100)
-    assert decoder.feed(encode_bytes(b"x" * 100)) == [("B", b"x" * 100)]
-    # Only the header has arrived: the bound applies before any payload is buffered.
-    with pytest.raises(WorkerProtocolError):
-        decoder.feed(struct.pack(">I", 101) + b"B")
-    with pytest.raises(WorkerProtocolError):
-        FrameDecoder(MAX_CONTROL_FRAME).feed(struct.pack(">I", 0xFFFFFFFF) + b"J")
+def test_request_round_trips() -> None:
+    request = RunRequest(
+        code="print('é')", limits=LIMITS, inputs=(InputSpec(id="a", media_type="x", original=True),)
+    )
+    assert decode_request(_payload(encode_message(request))) == request
 
 
 @pytest.mark.parametrize(
-    "wire",
+    "payload",
     [
-        pytest.param(_frame(b"J", b"{not json"), id="malformed-json"),
-        pytest.param(_frame(b"J", b"[1, 2]"), id="json-not-an-object"),
-        pytest.param(_frame(b"J", b'"text"'), id="json-string"),
-        pytest.param(_frame(b"J", b"\xff\xfe{}"), id="invalid-utf8"),
-        pytest.param(_frame(b"J", b""), id="empty-json"),
-        pytest.param(_frame(b"X", b"{}"), id="unknown-kind"),
-        pytest.param(_frame(b"\x00", b""), id="nul-kind"),
+        pytest.param(b"{not json", id="malformed-json"),
+        pytest.param(b"[1, 2]", id="json-not-an-object"),
+        pytest.param(b"\xff\xfe{}", id="invalid-utf8"),
+        pytest.param(b"", id="empty-json"),
+        pytest.param(b'{"t": "nope"}', id="unknown-type"),
+        pytest.param(b'{"t": "display", "data": [1]}', id="display-not-a-bundle"),
+        pytest.param(b'{"t": "done", "files": [[1, 2]]}', id="short-file-entry"),
+        pytest.param(b'{"t": "done", "files": "x"}', id="files-not-a-list"),
+        pytest.param(b"[" * 100_000 + b"]" * 100_000, id="deep-nesting"),
     ],
 )
-def test_malformed_frames_are_protocol_errors(wire: bytes) -> None:
+def test_malformed_messages_are_protocol_errors(payload: bytes) -> None:
     with pytest.raises(WorkerProtocolError):
-        FrameDecoder(1024).feed(wire)
+        decode_message(payload)
+
+
+def test_a_lone_surrogate_never_breaks_the_encoder() -> None:
+    frame = encode_message(Display({"text/plain": "\ud800"}))
+    message = decode_message(_payload(frame))
+    assert message == Display({"text/plain": "\\ud800"})
 
 
 def test_sync_reader_and_writer_over_a_pipe(pipe: tuple[int, int]) -> None:
     read_end, write_end = pipe
-    write_frames_sync(write_end, encode_json({"t": "run", "code": "1"}), encode_bytes(b"\x00\x01"))
-    assert read_frame_sync(read_end, 1024) == ("J", {"t": "run", "code": "1"})
-    assert read_frame_sync(read_end, 1024) == ("B", b"\x00\x01")
+    request = RunRequest(code="1", limits=LIMITS)
+    write_frames_sync(write_end, encode_message(request))
+    assert decode_request(read_frame_sync(read_end, 1024)) == request
 
 
-def test_sync_reader_refuses_oversized_and_malformed_frames(pipe: tuple[int, int]) -> None:
+def test_sync_reader_refuses_oversized_and_binary_frames(pipe: tuple[int, int]) -> None:
     read_end, write_end = pipe
-    os.write(write_end, struct.pack(">I", 2048) + b"B")
+    os.write(write_end, struct.pack(">I", 2048) + b"J")
     with pytest.raises(WorkerProtocolError):
         read_frame_sync(read_end, 1024)
-    os.write(write_end, _frame(b"J", b"[]"))
+    os.write(write_end, _frame(b"B", b"[]"))
     with pytest.raises(WorkerProtocolError):
         read_frame_sync(read_end, 1024)
 
 
 def test_sync_reader_reports_a_closed_peer(pipe: tuple[int, int]) -> None:
     read_end, write_end = pipe
-    os.write(write_end, encode_json({"t": "ready"})[:6])
+    os.write(write_end, encode_message(Started())[:6])
     os.close(write_end)
     with pytest.raises(EOFError):
         read_frame_sync(read_end, 1024)

@@ -305,9 +305,9 @@ class Engine:
                 on_output=listener,
             )  # fmt: skip
 
-        return iterate(self.background(), start, cancel)
+        return iterate(self._background(), start, cancel)
 
-    def background(self) -> anyio.abc.TaskGroup:
+    def _background(self) -> anyio.abc.TaskGroup:
         """The engine's task group, for work that outlives one call (streamed runs)."""
         self._check_open()
         assert self._tg is not None
@@ -364,12 +364,12 @@ class Engine:
                 if item.original is not None:
                     files.append((f"{item.id}.orig", item.original))
             try:
-                worker.write_inputs(files, uid=OUTER_ID, gid=OUTER_ID)
+                await worker.write_inputs(files, uid=OUTER_ID, gid=OUTER_ID)
             except OSError as exc:
                 return job.stopped("invalid_input", f"the inputs do not fit: {exc}", evidence)
         try:
             report: WorkerReport = await worker.execute(
-                request, job.capture.stdout, job.capture.stderr, job.executing
+                request, job.capture.stdout, job.capture.stderr, job.executing, job.displayed
             )
         except WorkerError as exc:
             job.drain(worker)
@@ -380,16 +380,12 @@ class Engine:
                 "ok",
                 job.capture,
                 job.limits,
-                report=report.done,
-                contents=report.contents,
+                report=report,
                 evidence=evidence,
                 **job.timing(),
             )
         except WorkerError as exc:
             return job.stopped("worker_error", f"the worker sent a bad report: {exc}", evidence)
-        if job.capture.tap is not None:
-            for bundle in result.display:
-                job.capture.tap.display(bundle)
         return result
 
     # sessions ----------------------------------------------------------------------------

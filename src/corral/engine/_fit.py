@@ -52,6 +52,14 @@ class StreamFitter:
         self._text(self._decoder.decode(b"", final=True))
         self._text(("" if self._last == "\n" else "\n") + line + "\n")
 
+    def skip(self, count: int) -> None:
+        """Count ``count`` characters cut before they arrived (the worker fitted them away);
+        they sit between what came so far, which stays the head, and what follows."""
+        if count:
+            self.total += count
+            self._dropped += count
+            self._head_cap = self._head_len
+
     def _text(self, text: str, final: bool = False) -> None:
         text = self._carry + text
         self._carry = ""

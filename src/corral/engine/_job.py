@@ -15,7 +15,7 @@ from corral.engine._inputs import Input, RunEvent, RunEventSink
 from corral.engine._outcome import Capture, build_result
 from corral.engine._result import Evidence, ExecutionResult, Outcome
 from corral.engine._stream import OutputListener, OutputTap
-from corral.sandbox import Worker
+from corral.sandbox import InputSpec, RunLimits, RunRequest, Worker
 
 __all__ = ["Job", "cancel_on", "request_for", "validate_request", "watch_cancel"]
 
@@ -33,32 +33,29 @@ def validate_request(code: str, inputs: Sequence[Input], limits: Limits) -> str:
     return ""
 
 
-def request_for(
-    code: str, inputs: Sequence[Input], limits: Limits, deadline: float
-) -> dict[str, Any]:
+def request_for(code: str, inputs: Sequence[Input], limits: Limits, deadline: float) -> RunRequest:
     remaining = (
         max(0.0, deadline - anyio.current_time()) if math.isfinite(deadline) else (limits.timeout)
     )
-    return {
-        "t": "run",
-        "code": code,
-        "limits": {
-            "work_bytes": limits.work_bytes,
-            "memory_bytes": limits.memory_bytes,
-            "cpu_seconds": math.ceil(remaining) + 1,
-            "pids": limits.pids,
-            "file_bytes": limits.file_bytes,
-            "open_files": limits.open_files,
-            "max_files": limits.max_files,
-            "max_file_bytes": limits.max_file_bytes,
-            "max_display": limits.max_display,
-            "display_bytes": limits.display_bytes,
-        },
-        "inputs": [
-            {"id": i.id, "media_type": i.media_type, "original": i.original is not None}
+    return RunRequest(
+        code=code,
+        limits=RunLimits(
+            memory_bytes=limits.memory_bytes,
+            cpu_seconds=math.ceil(remaining) + 1,
+            pids=limits.pids,
+            file_bytes=limits.file_bytes,
+            open_files=limits.open_files,
+            max_files=limits.max_files,
+            max_file_bytes=limits.max_file_bytes,
+            max_display=limits.max_display,
+            display_bytes=limits.display_bytes,
+            output_chars=limits.output_chars,
+        ),
+        inputs=tuple(
+            InputSpec(id=i.id, media_type=i.media_type, original=i.original is not None)
             for i in inputs
-        ],
-    }
+        ),
+    )
 
 
 @contextlib.asynccontextmanager
@@ -123,6 +120,10 @@ class Job:
 
     def executing(self) -> None:
         self._emit(phase="executing")
+
+    def displayed(self, bundle: dict[str, Any]) -> None:
+        if self.capture.tap is not None:
+            self.capture.tap.display(bundle)
 
     def timing(self) -> dict[str, Any]:
         # A run that never left the queue spent all of its time there.

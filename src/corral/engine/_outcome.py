@@ -12,6 +12,7 @@ from corral.engine._fit import StreamFitter, fit_channels
 from corral.engine._result import ErrorInfo, ExecutionResult, FileInfo, MimeBundle, Omitted, Outcome
 from corral.engine._stream import OutputTap
 from corral.errors import WorkerProtocolError
+from corral.sandbox import MAX_REPORTED_PATH, WorkerReport
 
 __all__ = ["Capture", "build_result"]
 
@@ -31,40 +32,28 @@ class Capture:
             self.stderr = StreamFitter(limits.output_chars, partial(tap.text, "stderr"))
 
 
-def _str_dict(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise WorkerProtocolError(f"{what} is not a MIME bundle")
-    return value
-
-
-def _files(
-    report: dict[str, Any], contents: list[bytes], limits: Limits
-) -> tuple[tuple[FileInfo, ...], dict[str, bytes]]:
-    raw = report.get("files", [])
-    if not isinstance(raw, list) or len(raw) > limits.max_files:
-        raise WorkerProtocolError("bad file list")
+def _files(report: WorkerReport) -> tuple[tuple[FileInfo, ...], dict[str, bytes]]:
     infos: list[FileInfo] = []
     data: dict[str, bytes] = {}
-    blobs = iter(contents)
-    for item in raw:
-        if not isinstance(item, dict):
-            raise WorkerProtocolError("bad file entry")
-        path, size, digest = item.get("path"), item.get("size"), item.get("sha256")
+    blobs = iter(report.contents)
+    for item in report.done.files:
+        path = item.path
         if (
-            not isinstance(path, str)
+            not path
+            or len(path) > MAX_REPORTED_PATH
+            or not path.isprintable()
             or path.startswith("/")
-            or ".." in path.split("/")
-            or not isinstance(size, int)
-            or not isinstance(digest, str)
-            or not _SHA256.fullmatch(digest)
+            or {"", ".", ".."} & set(path.split("/"))
+            or not _SHA256.fullmatch(item.sha256)
         ):
             raise WorkerProtocolError("bad file entry")
-        infos.append(FileInfo(path, size, digest))
-        if item.get("content"):
+        infos.append(FileInfo(path, item.size, item.sha256))
+        if item.content:
             blob = next(blobs, None)
-            if blob is None or hashlib.sha256(blob).hexdigest() != digest or len(blob) != size:
+            if blob is None or hashlib.sha256(blob).hexdigest() != item.sha256:
                 raise WorkerProtocolError("file content does not match its digest")
-            data[path] = blob
+            # Escaped names may coincide (b"\\xff" and a file named "\\xff"): the first wins.
+            data.setdefault(path, blob)
     return tuple(infos), data
 
 
@@ -73,12 +62,14 @@ def build_result(
     capture: Capture,
     limits: Limits,
     *,
-    report: dict[str, Any] | None = None,
-    contents: list[bytes] | None = None,
+    report: WorkerReport | None = None,
     message: str = "",
     **timing: Any,
 ) -> ExecutionResult:
     """Fit the captured channels and, when the worker reported, validate what it said.
+
+    The reader already held the report to the run's limits; here names, digests and the
+    final fitting are checked.
 
     Raises:
         WorkerProtocolError: the report is malformed (the caller maps it to worker_error).
@@ -89,31 +80,21 @@ def build_result(
     files: tuple[FileInfo, ...] = ()
     file_data: dict[str, bytes] = {}
     result_fitter = StreamFitter(limits.output_chars)
+    has_result = False
     if report is not None:
-        raw_result = report.get("result", "")
-        if raw_result != "":
-            result_bundle = _str_dict(raw_result, "result")
-            plain = result_bundle.get("text/plain", "")
-            result_fitter.feed_text(plain if isinstance(plain, str) else str(plain))
-        raw_error = report.get("error")
-        if raw_error is not None:
-            err = _str_dict(raw_error, "error")
-            error = ErrorInfo(
-                str(err.get("type", "")), str(err.get("message", "")), str(err.get("traceback", ""))
-            )
-        raw_display = report.get("display", [])
-        if not isinstance(raw_display, list) or len(raw_display) > limits.max_display:
-            raise WorkerProtocolError("bad display list")
-        display = tuple(_str_dict(d, "display entry") for d in raw_display)
-        if sum(len(str(v)) for d in display for v in d.values()) > limits.display_bytes * 2:
-            raise WorkerProtocolError("display exceeds its bound")
-        files, file_data = _files(report, contents or [], limits)
-        usage = report.get("usage")
-        if isinstance(usage, dict):
-            cpu, rss = usage.get("cpu_ms"), usage.get("peak_rss_kb")
-            if isinstance(cpu, int | float) and isinstance(rss, int) and cpu >= 0 and rss >= 0:
-                timing.setdefault("cpu_ms", float(cpu))
-                timing.setdefault("peak_rss_kb", rss)
+        done = report.done
+        has_result = done.plain is not None or bool(done.result)
+        result_bundle = dict(done.result or {})
+        if done.plain is not None:
+            result_fitter.feed_text(done.plain.head)
+            result_fitter.skip(done.plain.dropped)
+            result_fitter.feed_text(done.plain.tail)
+        if done.error is not None:
+            error = ErrorInfo(done.error.type, done.error.message, done.error.traceback)
+        display = tuple(report.display)
+        files, file_data = _files(report)
+        timing.setdefault("cpu_ms", done.usage.cpu_ms)
+        timing.setdefault("peak_rss_kb", done.usage.peak_rss_kb)
         if error is not None and outcome == "ok":
             outcome = "memory_limit" if error.type == "MemoryError" else "python_error"
     if message and outcome not in ("ok", "python_error"):
@@ -130,10 +111,10 @@ def build_result(
         limits.output_bytes,
     )
     result: MimeBundle | Literal[""] = ""
-    if result_bundle:
-        html = result_bundle.get("text/html")
+    if has_result:
         result = {k: v for k, v in result_bundle.items() if k != "text/html"}
         result["text/plain"] = fitted["result"][0]
+        html = result_bundle.get("text/html")
         if isinstance(html, str) and len(html) <= limits.output_chars:
             result["text/html"] = html
     omitted = Omitted(

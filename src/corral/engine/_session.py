@@ -133,7 +133,7 @@ class Session:
         def start(listener: OutputListener, stop: anyio.Event) -> Awaitable[ExecutionResult]:
             return self.run(code, limits=limits, on_event=on_event, cancel=stop, on_output=listener)
 
-        return iterate(self._engine.background(), start, cancel)
+        return iterate(self._engine._background(), start, cancel)
 
     async def _execute(self, job: Job, code: str, evidence: Evidence) -> ExecutionResult:
         if self._worker is None:

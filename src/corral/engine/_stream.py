@@ -4,7 +4,8 @@ What is streamed obeys the run's ceilings: per channel at most ``output_chars`` 
 (the head the final result keeps too), across stdout and stderr at most ``output_bytes``
 UTF-8 bytes, and the display bundles the worker sent within their count and byte bounds.
 Past a ceiling a channel falls silent; the final result says what was cut. Streaming never
-changes the final result.
+changes the final result. Each channel is in order; stdout, stderr and display come on
+separate pipes and the protocol socket, so their interleaving is as the engine read them.
 """
 
 from __future__ import annotations

@@ -114,7 +114,6 @@ class WorkerSupply:
             await anyio.to_thread.run_sync(prepare_data_dir, self._session_data_dir)
         zygote = Zygote(
             preload=self.preload,
-            max_file_bytes=limits.max_file_bytes,
             static={
                 "work_bytes": limits.work_bytes,
                 "pids": limits.pids,

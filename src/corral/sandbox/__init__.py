@@ -12,6 +12,17 @@ sides share.
 """
 
 from corral._public import publish as _publish
+from corral.sandbox._protocol import (
+    MAX_REPORTED_PATH,
+    Done,
+    ErrorReport,
+    FileReport,
+    FittedText,
+    InputSpec,
+    RunLimits,
+    RunRequest,
+    Usage,
+)
 from corral.sandbox._syscalls import as_fs_owner
 from corral.sandbox.host._doctor import DoctorReport, Feature, doctor
 from corral.sandbox.host._holder import Holder
@@ -24,12 +35,21 @@ from corral.sandbox.inside._seccomp import DENIED_SYSCALLS
 __all__ = [
     "DEFAULT_PRELOAD",
     "DENIED_SYSCALLS",
+    "MAX_REPORTED_PATH",
     "OUTER_ID",
     "DoctorReport",
+    "Done",
+    "ErrorReport",
     "Feature",
+    "FileReport",
+    "FittedText",
     "Holder",
+    "InputSpec",
     "OutputSink",
     "PoolStatistics",
+    "RunLimits",
+    "RunRequest",
+    "Usage",
     "WarmPool",
     "Worker",
     "WorkerReport",

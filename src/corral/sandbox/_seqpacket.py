@@ -27,6 +27,15 @@ def _fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
     return list(fds)
 
 
+def _decode(data: bytes) -> dict[str, Any] | None:
+    """A message, or None (as for a closed peer) when it is not a JSON object."""
+    try:
+        message = json.loads(data)
+    except ValueError:  # UnicodeDecodeError is one
+        return None
+    return message if isinstance(message, dict) else None
+
+
 def _ancillary(fds: list[int]) -> list[tuple[int, int, bytes]]:
     if not fds:
         return []
@@ -58,7 +67,8 @@ async def asend(sock: socket.socket, message: dict[str, Any], fds: list[int] | N
 
 
 async def areceive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    """Receive on a non-blocking socket; (None, fds) when the peer closed or failed."""
+    """Receive on a non-blocking socket; (None, fds) when the peer closed or failed, or sent
+    something that is not a JSON object (the engine side never trusts a sandbox's bytes)."""
     while True:
         try:
             data, ancdata, _flags, _addr = sock.recvmsg(
@@ -75,4 +85,4 @@ async def areceive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int
     fds = _fds(ancdata)
     if not data:
         return None, fds
-    return json.loads(data), fds
+    return _decode(data), fds

@@ -12,7 +12,7 @@ import anyio
 
 from corral.errors import WorkerCrashed, ZygoteUnavailable
 from corral.sandbox._seqpacket import areceive, asend
-from corral.sandbox.host._worker import Worker
+from corral.sandbox.host._worker import Worker, release
 
 __all__ = ["Holder"]
 
@@ -29,15 +29,12 @@ class Holder:
         ctl: socket.socket,
         out_fd: int,
         err_fd: int,
-        *,
-        max_file_bytes: int,
     ) -> None:
         self.pid = pid
         self._pidfd = pidfd
         self._ctl = ctl
         self._out = out_fd
         self._err = err_fd
-        self._max_file_bytes = max_file_bytes
         self.interpreter_alive = False
         self.closed = False
         ctl.setblocking(False)
@@ -112,7 +109,6 @@ class Holder:
             ours,
             out_r,
             err_r,
-            max_file_bytes=self._max_file_bytes,
             signaller=self._signal_interpreter,
         )
         try:
@@ -149,7 +145,4 @@ class Holder:
             return
         self.kill()
         self.closed = True
-        self._ctl.close()
-        for fd in (self._out, self._err, self._pidfd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        release(self._ctl, self._out, self._err, self._pidfd)

@@ -21,10 +21,11 @@ from typing import Any, Protocol
 import anyio
 
 from corral.errors import WorkerCrashed, WorkerError, WorkerProtocolError
-from corral.sandbox._protocol import MAX_CONTROL_FRAME, FrameDecoder, encode_json
+from corral.sandbox._protocol import Done, RunRequest, encode_message
 from corral.sandbox._syscalls import as_fs_owner
+from corral.sandbox.host._reader import FrameBuffer, RunReader, expect_ready, ready_bound
 
-__all__ = ["OutputSink", "Worker", "WorkerReport"]
+__all__ = ["OutputSink", "Worker", "WorkerReport", "release"]
 
 _READ_CHUNK = 1 << 16
 
@@ -35,10 +36,27 @@ class OutputSink(Protocol):
 
 @dataclass(slots=True)
 class WorkerReport:
-    """What a worker said about a finished request (untrusted; the engine validates it)."""
+    """What a worker said about a finished request, within the run's limits (the engine
+    still validates names and digests)."""
 
-    done: dict[str, Any]
+    done: Done
+    display: list[dict[str, Any]] = field(default_factory=list)
     contents: list[bytes] = field(default_factory=list)
+
+
+def release(*handles: socket.socket | int | None) -> None:
+    """Close sockets and descriptors, first waking any task still waiting on one of them:
+    its number may be reused at once, and a waiter must not see someone else's file."""
+    for handle in handles:
+        if handle is None:
+            continue
+        with contextlib.suppress(anyio.NoEventLoopError):
+            anyio.notify_closing(handle)
+        if isinstance(handle, socket.socket):
+            handle.close()
+        else:
+            with contextlib.suppress(OSError):
+                os.close(handle)
 
 
 class Worker:
@@ -52,7 +70,6 @@ class Worker:
         out_fd: int,
         err_fd: int,
         *,
-        max_file_bytes: int,
         signaller: Callable[[int], None] | None = None,
     ) -> None:
         self.pid = pid
@@ -61,8 +78,7 @@ class Worker:
         self._sock = sock
         self._out = out_fd
         self._err = err_fd
-        self._decoder = FrameDecoder(max(MAX_CONTROL_FRAME, max_file_bytes))
-        self._frames: list[tuple[str, Any]] = []
+        self._frames = FrameBuffer()
         self.inputs_fd: int | None = None
         self.killed = False
         self.closed = False
@@ -70,8 +86,9 @@ class Worker:
             os.set_blocking(fd, False)
         sock.setblocking(False)
 
-    async def _next_frame(self) -> tuple[str, Any]:
-        while not self._frames:
+    async def _receive(self) -> bool:
+        """Read what the socket holds into the frame buffer; False once it is closed."""
+        while True:
             try:
                 data = self._sock.recv(_READ_CHUNK)
             except BlockingIOError:
@@ -80,24 +97,18 @@ class Worker:
             except OSError as exc:
                 raise WorkerCrashed(f"worker {self.pid} socket failed: {exc}") from exc
             if not data:
-                raise WorkerCrashed(f"worker {self.pid} exited before it answered")
-            self._frames.extend(self._decoder.feed(data))
-        return self._frames.pop(0)
-
-    async def _next_json(self) -> dict[str, Any]:
-        kind, message = await self._next_frame()
-        if kind != "J":
-            raise WorkerProtocolError("expected a JSON frame")
-        assert isinstance(message, dict)
-        return message
+                return False
+            self._frames.feed(data)
+            return True
 
     async def wait_ready(self) -> None:
         """Wait for the worker to finish isolating itself; keep the inputs descriptor it sends.
 
         Raises:
             WorkerCrashed: it died during set-up; the message carries what it said.
+            WorkerProtocolError: it said something other than ready.
         """
-        while not self._frames:
+        while (frame := self._frames.next(ready_bound)) is None:
             try:
                 data, ancdata, _flags, _addr = self._sock.recvmsg(_READ_CHUNK, socket.CMSG_SPACE(4))
             except BlockingIOError:
@@ -117,10 +128,8 @@ class Worker:
                         os.close(fds[0])
             if not data:
                 raise WorkerCrashed(await self._setup_failure())
-            self._frames.extend(self._decoder.feed(data))
-        message = await self._next_json()
-        if message.get("t") != "ready":
-            raise WorkerProtocolError(f"expected ready, got {message.get('t')!r}")
+            self._frames.feed(data)
+        expect_ready(*frame)
 
     async def _setup_failure(self) -> str:
         with anyio.move_on_after(1):
@@ -132,8 +141,9 @@ class Worker:
         base = f"worker {self.pid} exited before it was ready"
         return f"{base}: {said}" if said else base
 
-    def write_inputs(self, files: list[tuple[str, bytes]], *, uid: int, gid: int) -> None:
-        """Create input files through the descriptor the worker handed over.
+    async def write_inputs(self, files: list[tuple[str, bytes]], *, uid: int, gid: int) -> None:
+        """Create input files through the descriptor the worker handed over (in a thread:
+        they may be megabytes, and the event loop must not wait on the disk).
 
         They are created as the worker's outer ``uid``/``gid`` (its tmpfs has no mapping for
         anyone else); the worker still cannot change them, because it sees them only through
@@ -158,7 +168,7 @@ class Worker:
                 finally:
                     os.close(fd)
 
-        as_fs_owner(uid, gid, write)
+        await anyio.to_thread.run_sync(as_fs_owner, uid, gid, write)
 
     async def _send(self, data: bytes) -> None:
         view = memoryview(data)
@@ -195,16 +205,19 @@ class Worker:
 
     async def execute(
         self,
-        request: dict[str, Any],
+        request: RunRequest,
         stdout: OutputSink,
         stderr: OutputSink,
         on_started: Callable[[], None],
+        on_display: Callable[[dict[str, Any]], None] = lambda _: None,
     ) -> WorkerReport:
-        """Send one request and return the worker's report; output streams into the sinks.
+        """Send one request and return the worker's report; output streams into the sinks
+        and display bundles to ``on_display`` as they arrive.
 
         Raises:
             WorkerCrashed: the worker died or closed its socket before reporting.
-            WorkerProtocolError: it sent something malformed or oversized.
+            WorkerProtocolError: it sent something malformed, out of order or over the
+                run's limits; nothing more is read from it.
         """
         report: WorkerReport | None = None
         failure: WorkerError | None = None
@@ -212,7 +225,7 @@ class Worker:
             tg.start_soon(self._pump, self._out, stdout)
             tg.start_soon(self._pump, self._err, stderr)
             try:
-                report = await self._exchange(request, on_started)
+                report = await self._exchange(request, on_started, on_display)
             except WorkerError as exc:  # raised here, not from the group, to stay unwrapped
                 failure = exc
             finally:
@@ -225,27 +238,25 @@ class Worker:
         return report
 
     async def _exchange(
-        self, request: dict[str, Any], on_started: Callable[[], None]
+        self,
+        request: RunRequest,
+        on_started: Callable[[], None],
+        on_display: Callable[[dict[str, Any]], None],
     ) -> WorkerReport:
-        await self._send(encode_json(request))
-        started = await self._next_json()
-        if started.get("t") != "started":
-            raise WorkerProtocolError("expected started")
-        on_started()
-        done = await self._next_json()
-        if done.get("t") != "done":
-            raise WorkerProtocolError("expected done")
-        files = done.get("files")
-        wanted = 0
-        if isinstance(files, list):
-            wanted = sum(1 for f in files if isinstance(f, dict) and f.get("content"))
-        contents: list[bytes] = []
-        for _ in range(wanted):
-            kind, blob = await self._next_frame()
-            if kind != "B":
-                raise WorkerProtocolError("expected file content")
-            contents.append(blob)
-        return WorkerReport(done, contents)
+        await self._send(encode_message(request))
+        reader = RunReader(request.limits, on_display)
+        while not reader.finished:
+            frame = self._frames.next(reader.bound)
+            if frame is None:
+                if not await self._receive():
+                    raise WorkerCrashed(f"worker {self.pid} exited before it answered")
+                continue
+            was_started = reader.started
+            reader.accept(*frame)
+            if reader.started and not was_started:
+                on_started()
+        assert reader.done is not None
+        return WorkerReport(reader.done, reader.display, reader.contents)
 
     def drain(self, stdout: OutputSink, stderr: OutputSink) -> None:
         """Collect whatever output is already buffered (after a kill, say)."""
@@ -280,9 +291,4 @@ class Worker:
             return
         self.kill()
         self.closed = True
-        self._sock.close()
-        for fd in (self._out, self._err, self._pidfd, self.inputs_fd):
-            if fd is None:
-                continue
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        release(self._sock, self._out, self._err, self._pidfd, self.inputs_fd)

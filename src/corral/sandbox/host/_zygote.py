@@ -53,7 +53,6 @@ class Zygote:
         preload: tuple[str, ...] = DEFAULT_PRELOAD,
         uid: int = OUTER_ID,
         gid: int = OUTER_ID,
-        max_file_bytes: int = 16 * 1024 * 1024,
         static: dict[str, int] | None = None,
         data_dir: str | None = None,
     ) -> None:
@@ -68,7 +67,6 @@ class Zygote:
         self._preload = preload
         self._uid = uid
         self._gid = gid
-        self._max_file_bytes = max_file_bytes
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[anyio.Event, list[Any]]] = {}
         # The live one-shot workers by pid, for diagnostics; a closed worker drops out.
@@ -210,7 +208,7 @@ class Zygote:
         """
         extra = {} if work_bytes is None else {"static": {**self._static, "work_bytes": work_bytes}}
         pid, pidfd, sock, out_r, err_r = await self._clone(extra, socket.SOCK_STREAM)
-        worker = Worker(pid, pidfd, sock, out_r, err_r, max_file_bytes=self._max_file_bytes)
+        worker = Worker(pid, pidfd, sock, out_r, err_r)
         self._workers[worker.pid] = worker
         return worker
 
@@ -223,7 +221,7 @@ class Zygote:
         pid, pidfd, sock, out_r, err_r = await self._clone(
             {"session": True, "disk_bytes": disk_bytes}, socket.SOCK_SEQPACKET
         )
-        return Holder(pid, pidfd, sock, out_r, err_r, max_file_bytes=self._max_file_bytes)
+        return Holder(pid, pidfd, sock, out_r, err_r)
 
     def kill(self) -> None:
         if self._process is not None and self._process.poll() is None:

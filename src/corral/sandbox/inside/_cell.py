@@ -35,6 +35,8 @@ class Display:
         self.max_items = 16
         self.max_bytes = 8 * 1024 * 1024
         self._bytes = 0
+        # Set by the runner: each bundle is fitted and sent as it is published, not kept.
+        self.sink: Callable[[dict[str, Any]], None] | None = None
 
     def reset(self, max_items: int, max_bytes: int) -> None:
         self.bundles = []
@@ -48,6 +50,9 @@ class Display:
         return {mime: _jsonable(value) for mime, value in data.items()}
 
     def publish(self, data: dict[str, Any]) -> None:
+        if self.sink is not None:
+            self.sink(data)
+            return
         size = sum(len(v) if isinstance(v, str) else len(repr(v)) for v in data.values())
         if len(self.bundles) >= self.max_items or self._bytes + size > self.max_bytes:
             self.omitted += 1

@@ -11,21 +11,37 @@ from __future__ import annotations
 import array
 import builtins
 import contextlib
-import hashlib
 import io
 import os
 import random
 import resource
 import socket
-import stat
 import sys
+import threading
 import types
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from corral.sandbox._protocol import encode_bytes, encode_json, read_frame_sync, write_frames_sync
+from corral.sandbox._protocol import (
+    HEADER,
+    Done,
+    ErrorReport,
+    InputSpec,
+    Ready,
+    RunLimits,
+    RunRequest,
+    Started,
+    Usage,
+    decode_request,
+    encode_bytes,
+    encode_message,
+    read_frame_sync,
+    write_frames_sync,
+)
 from corral.sandbox.inside import _isolate
-from corral.sandbox.inside._cell import Display, execute_cell
+from corral.sandbox.inside._cell import CellOutput, Display, execute_cell
+from corral.sandbox.inside._fitting import DisplaySender, clip, fit_result
+from corral.sandbox.inside._walk import collect_files
 
 __all__ = [
     "DISPLAY",
@@ -40,6 +56,9 @@ __all__ = [
 PROTOCOL_FD = 3
 _MAX_REQUEST = 64 * 1024 * 1024  # bytes; code is bounded far below this by the engine
 DISPLAY = Display()
+SENDER = DisplaySender()
+DISPLAY.sink = SENDER
+_STARTED = encode_message(Started())
 
 StaticLimits = dict[str, int]
 """work_bytes, pids, file_bytes, open_files: fixed when the worker is created."""
@@ -74,83 +93,54 @@ def _rebind_stdio() -> None:
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
 
 
-def _inputs(items: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, Any]]:
+def _inputs(items: tuple[InputSpec, ...]) -> tuple[dict[str, str], dict[str, Any]]:
     files: dict[str, str] = {}
     assets: dict[str, Any] = {}
     for item in items:
-        ident = str(item["id"])
-        text_path = f"/inputs/{ident}.txt"
-        files[ident] = text_path
-        assets[ident] = {
+        text_path = f"/inputs/{item.id}.txt"
+        files[item.id] = text_path
+        assets[item.id] = {
             "text": text_path,
-            "original": f"/inputs/{ident}.orig" if item.get("original") else None,
-            "media_type": item.get("media_type", "text/plain"),
+            "original": f"/inputs/{item.id}.orig" if item.original else None,
+            "media_type": item.media_type,
         }
     return files, assets
 
 
-def _collect_files(
-    root: str, max_files: int, max_bytes: int
-) -> tuple[list[dict[str, Any]], list[bytes], int]:
-    found: list[tuple[str, str]] = []
-    device = os.stat(root).st_dev
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        # Runtime binds (a checkout under /work, say) are other file systems: not user files.
-        dirnames[:] = sorted(
-            d for d in dirnames if os.lstat(os.path.join(dirpath, d)).st_dev == device
-        )
-        for name in sorted(filenames):
-            full = os.path.join(dirpath, name)
-            if stat.S_ISREG(os.lstat(full).st_mode):
-                found.append((os.path.relpath(full, root), full))
-    infos: list[dict[str, Any]] = []
-    contents: list[bytes] = []
-    budget = max_bytes
-    for rel, full in found[:max_files]:
-        with open(full, "rb") as handle:
-            data = handle.read()
-        include = len(data) <= budget
-        if include:
-            budget -= len(data)
-            contents.append(data)
-        infos.append(
-            {
-                "path": rel,
-                "size": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "content": include,
-            }
-        )
-    return infos, contents, max(0, len(found) - max_files)
-
-
-def _usage() -> dict[str, float]:
+def _usage() -> Usage:
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-    return {"cpu_ms": cpu * 1000.0, "peak_rss_kb": max(own.ru_maxrss, kids.ru_maxrss)}
+    return Usage(cpu * 1000.0, max(own.ru_maxrss, kids.ru_maxrss))
 
 
-def _report(request: dict[str, Any], output: Any, cwd: str, session: bool) -> list[bytes]:
-    limits = request["limits"]
-    files: list[dict[str, Any]] = []
-    contents: list[bytes] = []
-    files_omitted = 0
-    if not session:
-        files, contents, files_omitted = _collect_files(
-            cwd, int(limits["max_files"]), int(limits["max_file_bytes"])
+def _report(limits: RunLimits, output: CellOutput, cwd: str, session: bool) -> list[bytes]:
+    collected = None if session else collect_files(cwd, limits.max_files, limits.max_file_bytes)
+    result, plain = None, None
+    if output.result != "":
+        assert isinstance(output.result, dict)
+        result, plain = fit_result(
+            output.result, limits.output_chars, limits.display_bytes, SENDER.nodes_left
         )
-    done = {
-        "t": "done",
-        "result": output.result,
-        "error": output.error,
-        "display": DISPLAY.bundles,
-        "display_omitted": DISPLAY.omitted,
-        "files": files,
-        "files_omitted": files_omitted,
-        "usage": _usage(),
-    }
-    return [encode_json(done), *(encode_bytes(c) for c in contents)]
+    error = None
+    if output.error is not None:
+        ceiling = limits.output_chars
+        error = ErrorReport(
+            clip(output.error["type"], ceiling),
+            clip(output.error["message"], ceiling),
+            clip(output.error["traceback"], ceiling),
+        )
+    done = Done(
+        result=result,
+        plain=plain,
+        error=error,
+        display_omitted=SENDER.omitted,
+        files=() if collected is None else tuple(collected.files),
+        files_omitted=0 if collected is None else collected.omitted,
+        usage=_usage(),
+    )
+    contents = () if collected is None else collected.contents
+    return [encode_message(done), *(encode_bytes(c) for c in contents)]
 
 
 def _on_error(text: str) -> None:
@@ -163,23 +153,61 @@ def _flush() -> None:
             stream.flush()
 
 
-def _serve_one(request: dict[str, Any], namespace: dict[str, Any], cwd: str, session: bool) -> None:
-    limits = request["limits"]
+_WRITE = threading.Lock()  # a display() from a thread of the code must not split a frame
+
+
+def _write(*frames: bytes) -> None:
+    with _WRITE:
+        write_frames_sync(PROTOCOL_FD, *frames)
+
+
+def _serve_one(request: RunRequest, namespace: dict[str, Any], cwd: str, session: bool) -> None:
+    limits = request.limits
     _isolate.bound_run(
-        memory_bytes=int(limits["memory_bytes"]),
-        cpu_seconds=int(limits["cpu_seconds"]),
-        pids=int(limits["pids"]),
-        file_bytes=int(limits["file_bytes"]),
-        open_files=int(limits["open_files"]),
+        memory_bytes=limits.memory_bytes,
+        cpu_seconds=limits.cpu_seconds,
+        pids=limits.pids,
+        file_bytes=limits.file_bytes,
+        open_files=limits.open_files,
         session=session,
     )
     os.chdir(cwd)
-    namespace["input_files"], namespace["input_assets"] = _inputs(request.get("inputs", []))
-    DISPLAY.reset(int(limits["max_display"]), int(limits["display_bytes"]))
-    write_frames_sync(PROTOCOL_FD, encode_json({"t": "started"}))
-    output = execute_cell(str(request["code"]), namespace, DISPLAY, _on_error)
+    namespace["input_files"], namespace["input_assets"] = _inputs(request.inputs)
+    SENDER.reset(
+        _write,
+        max_items=limits.max_display,
+        max_bytes=limits.display_bytes,
+        ceiling=limits.output_chars,
+    )
+    _write(_STARTED)
+    output = execute_cell(request.code, namespace, DISPLAY, _on_error)
     _flush()
-    write_frames_sync(PROTOCOL_FD, *_report(request, output, cwd, session))
+    frames = _report(limits, output, cwd, session)
+    with _WRITE:
+        # Display from a thread the code left running has no run to go to until the next one.
+        SENDER.write = None
+        write_frames_sync(PROTOCOL_FD, *frames)
+
+
+_WARM_LIMITS = RunLimits(
+    memory_bytes=1,
+    cpu_seconds=1,
+    pids=1,
+    file_bytes=1,
+    open_files=1,
+    max_files=1,
+    max_file_bytes=1,
+    max_display=1,
+    display_bytes=1 << 20,
+    output_chars=64,
+)
+
+
+def _warm(code: str, scratch: dict[str, Any], cwd: str, session: bool) -> None:
+    SENDER.reset(None, max_items=1, max_bytes=1 << 20, ceiling=64)
+    output = execute_cell(code, scratch, DISPLAY, _on_error)
+    _report(_WARM_LIMITS, output, cwd, session)
+    SENDER.reset(None, max_items=1, max_bytes=1 << 20, ceiling=64)
 
 
 def warm_up_zygote() -> None:
@@ -189,22 +217,18 @@ def warm_up_zygote() -> None:
     in memory every worker shares, instead of in each worker's private copy.
     """
     scratch: dict[str, Any] = {"__builtins__": builtins}
-    for code in ("_ = 1\n_", "print(end='')\n'text'", "[1, 2.5, None]"):
-        output = execute_cell(code, scratch, DISPLAY, _on_error)
-        _report({"limits": {}}, output, "/", session=True)
-    DISPLAY.reset(DISPLAY.max_items, DISPLAY.max_bytes)
+    for code in ("_ = 1\n_", "print(end='')\n'text'", "[1, 2.5, None]", "display(1)"):
+        _warm(code, scratch, "/", session=True)
+    decode_request(encode_message(RunRequest(code="", limits=_WARM_LIMITS))[HEADER.size :])
 
 
 def _warm_up(cwd: str) -> None:
     """Touch the run path once so its copy-on-write faults happen before a request does."""
-    scratch: dict[str, Any] = {"__builtins__": builtins}
-    output = execute_cell("None", scratch, DISPLAY, _on_error)
-    _report({"limits": {"max_files": 1, "max_file_bytes": 1}}, output, cwd, session=False)
-    DISPLAY.reset(DISPLAY.max_items, DISPLAY.max_bytes)
+    _warm("None", {"__builtins__": builtins}, cwd, session=False)
 
 
 def _send_ready(inputs_fd: int | None) -> None:
-    frame = encode_json({"t": "ready"})
+    frame = encode_message(Ready())
     sock = socket.socket(fileno=os.dup(PROTOCOL_FD))
     try:
         fds = [] if inputs_fd is None else [inputs_fd]
@@ -239,7 +263,7 @@ def serve(
         os.close(inputs_fd)
     while True:
         try:
-            _, request = read_frame_sync(PROTOCOL_FD, _MAX_REQUEST)
+            request = decode_request(read_frame_sync(PROTOCOL_FD, _MAX_REQUEST))
         except EOFError:
             return
         _serve_one(request, namespace, cwd, session)

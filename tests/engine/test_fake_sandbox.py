@@ -1,0 +1,160 @@
+"""Engine logic on the in-process sandbox stand-in, under trio's MockClock: deadlines, queueing
+and streaming take no real time. The engine side (reader, limits, scheduler) is real; what
+runs "inside" is scripted (tests/fake_sandbox.py). Real isolation is tested elsewhere."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+from trio.testing import MockClock
+
+from corral._limits import Limits
+from corral.engine import Engine, ExecutionResult, OutputEvent, RunEvent
+from corral.sandbox import ErrorReport, RunRequest
+from tests.fake_sandbox import FakeIO, FakeReply, Handler, fake_sandbox
+
+pytestmark = pytest.mark.anyio
+
+LIMITS = Limits(timeout=30)
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    return "trio", {"clock": MockClock(autojump_threshold=0)}
+
+
+async def _scripted(request: RunRequest, fake: FakeIO) -> FakeReply:
+    """``sleep N`` lines sleep (virtual seconds), other lines are printed; ends with a result."""
+    for line in request.code.splitlines():
+        if line.startswith("sleep "):
+            await anyio.sleep(float(line.split()[1]))
+        elif line.startswith("display "):
+            await fake.display({"text/plain": line[len("display ") :]})
+        else:
+            await fake.stdout(line + "\n")
+    return FakeReply(result={"text/plain": repr(len(request.code))})
+
+
+@pytest.fixture
+async def engine(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> AsyncIterator[Engine]:
+    handler: Handler = getattr(request, "param", _scripted)
+    with fake_sandbox(monkeypatch, handler):
+        async with Engine(capacity=1, pool_size=1, lean=False, limits=LIMITS) as started:
+            yield started
+
+
+async def test_the_real_cell_runs_in_process_on_the_protocol(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with fake_sandbox(monkeypatch):
+        async with Engine(capacity=1, pool_size=1, lean=False, limits=LIMITS) as engine:
+            result = await engine.run("print('hi')\n6 * 7")
+            failed = await engine.run("1 / 0")
+    assert (result.outcome, result.stdout, result.result) == ("ok", "hi\n", {"text/plain": "42"})
+    assert failed.outcome == "python_error"
+    assert failed.error is not None
+    assert failed.error.type == "ZeroDivisionError"
+
+
+async def test_a_run_past_its_deadline_times_out_in_virtual_time(engine: Engine) -> None:
+    started = anyio.current_time()
+    result = await engine.run("before\nsleep 1000\nafter", limits=LIMITS.replace(timeout=5))
+    assert result.outcome == "timeout"
+    assert result.stdout == "before\n"
+    assert anyio.current_time() - started == pytest.approx(5, abs=0.5)
+
+
+async def test_runs_wait_their_turn_in_order(engine: Engine) -> None:
+    order: list[int] = []
+
+    async def run(index: int, ready: anyio.Event | None) -> None:
+        def on_event(event: RunEvent) -> None:
+            if event.phase == "started":
+                order.append(index)
+
+        if ready is not None:
+            ready.set()
+        result = await engine.run(f"run {index}\nsleep 5", on_event=on_event)
+        assert result.outcome == "ok"
+
+    async with anyio.create_task_group() as tg:
+        for index in range(4):
+            queued = anyio.Event()
+            tg.start_soon(run, index, queued)
+            await queued.wait()
+    assert order == [0, 1, 2, 3]
+
+
+async def test_streamed_output_arrives_before_the_result(engine: Engine) -> None:
+    seen: list[tuple[float, OutputEvent | ExecutionResult]] = []
+    async for item in engine.stream("first\ndisplay chart\nsleep 1\nsecond"):
+        seen.append((anyio.current_time(), item))
+    kinds = [i.kind if isinstance(i, OutputEvent) else "result" for _, i in seen]
+    # stdout (a pipe) and display (the protocol socket) are separate channels: unordered.
+    assert sorted(kinds[:2]) == ["display", "stdout"]
+    assert kinds[2:] == ["stdout", "result"]
+    first_at, result_at = seen[0][0], seen[-1][0]
+    assert result_at - first_at == pytest.approx(1, abs=0.1)  # virtual seconds
+    result = seen[-1][1]
+    assert isinstance(result, ExecutionResult)
+    assert (result.stdout, result.display) == ("first\nsecond\n", ({"text/plain": "chart"},))
+
+
+async def _flood(request: RunRequest, fake: FakeIO) -> FakeReply:
+    await fake.stdout("x" * 100_000)
+    for _ in range(100):
+        await fake.display({"text/plain": "y" * 10})
+    return FakeReply(result={"text/plain": "z" * 100_000})
+
+
+@pytest.mark.parametrize("engine", [_flood], indirect=True)
+async def test_ceilings_hold_for_what_the_fake_sends(engine: Engine) -> None:
+    limits = LIMITS.replace(output_chars=1000, max_display=3)
+    events: list[OutputEvent] = []
+    result = await engine.run("flood", limits=limits, on_output=events.append)
+    assert result.outcome == "ok", result.message
+    assert len(result.display) == 3
+    assert sum(len(e.text) for e in events if e.kind == "stdout") == 1000
+    assert result.omitted["result"] > 0
+    assert len(result.result["text/plain"] if result.result else "") <= 1000
+
+
+async def _stateful(request: RunRequest, fake: FakeIO) -> FakeReply:
+    """``set K V`` / ``get K`` on the interpreter's namespace, ``sleep N``, ``read PATH``."""
+    verb, _, rest = request.code.partition(" ")
+    if verb == "set":
+        key, value = rest.split()
+        fake.namespace[key] = value
+    elif verb == "sleep":
+        await anyio.sleep(float(rest))
+    elif verb == "read":
+        assert fake.cwd is not None
+        text = await anyio.Path(fake.cwd, rest).read_text()
+        return FakeReply(result={"text/plain": text})
+    elif rest not in fake.namespace:
+        return FakeReply(error=ErrorReport("NameError", rest, f"NameError: {rest}\n"))
+    return FakeReply(result={"text/plain": str(fake.namespace.get(rest, None))})
+
+
+@pytest.mark.parametrize("engine", [_stateful], indirect=True)
+async def test_a_session_keeps_state_and_loses_it_past_a_deadline(engine: Engine) -> None:
+    session = await engine.open_session()
+    try:
+        await session.put_file("kept.txt", b"files stay")
+        assert (await session.run("set x 41")).outcome == "ok"
+        assert (await session.run("get x")).result == {"text/plain": "41"}
+        started = anyio.current_time()
+        hung = await session.run("sleep 1000", limits=LIMITS.replace(timeout=5))
+        assert hung.outcome == "timeout"
+        assert hung.restarted
+        assert anyio.current_time() - started < 10  # virtual seconds: the deadline, a grace
+        lost = await session.run("get x")
+        assert lost.outcome == "python_error"
+        assert (await session.run("read kept.txt")).result == {"text/plain": "files stay"}
+    finally:
+        await session.close()
