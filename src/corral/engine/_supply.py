@@ -112,15 +112,17 @@ class WorkerSupply:
         limits = self._limits
         if self._session_data_dir is not None:
             await anyio.to_thread.run_sync(prepare_data_dir, self._session_data_dir)
-        zygote = Zygote(
-            preload=self.preload,
-            static={
-                "work_bytes": limits.work_bytes,
-                "pids": limits.pids,
-                "file_bytes": limits.file_bytes,
-                "open_files": limits.open_files,
-            },
-            data_dir=self._session_data_dir,
+        static = {
+            "work_bytes": limits.work_bytes,
+            "pids": limits.pids,
+            "file_bytes": limits.file_bytes,
+            "open_files": limits.open_files,
+        }
+        # The option only when set: a stand-in zygote (tests' fake sandbox) need not know it.
+        zygote = (
+            Zygote(preload=self.preload, static=static)
+            if self._session_data_dir is None
+            else Zygote(preload=self.preload, static=static, data_dir=self._session_data_dir)
         )
         try:
             await zygote.start(task_group)
