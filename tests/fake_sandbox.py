@@ -29,8 +29,9 @@ import anyio.abc
 import pytest
 
 import corral.engine._supply
+from corral._uids import DEFAULT_UID_RANGE
 from corral.errors import ZygoteUnavailable
-from corral.sandbox import OUTER_ID, ErrorReport, Holder, RunRequest, Worker
+from corral.sandbox import ErrorReport, Holder, RunRequest, Worker
 from corral.sandbox._protocol import (
     HEADER,
     Done,
@@ -52,6 +53,8 @@ __all__ = [
     "run_cell",
 ]
 
+FAKE_OUTER_ID = DEFAULT_UID_RANGE.first + 1
+"""The host uid a fake worker's files are written as, as a real one's would be."""
 _PIDS = itertools.count(4_000_000)  # above any real pid, so no test signals a real process
 
 
@@ -147,7 +150,9 @@ class FakeZygote:
 
     handler: Handler = run_cell
 
-    def __init__(self, *, preload: tuple[str, ...] = (), static: Any = None) -> None:
+    def __init__(
+        self, *, preload: tuple[str, ...] = (), uids: Any = None, static: Any = None
+    ) -> None:
         self.preload = preload
         self.dead = anyio.Event()
         self.hello: dict[str, Any] = {"python": "fake", "versions": {}}
@@ -214,7 +219,9 @@ def _start(tg: anyio.abc.TaskGroup, handler: Handler, cwd: str | None) -> Worker
             os.close(err_w)
 
     tg.start_soon(serve)
-    return Worker(next(_PIDS), None, ours, out_r, err_r, signaller=signaller)
+    return Worker(
+        next(_PIDS), None, ours, out_r, err_r, outer_id=FAKE_OUTER_ID, signaller=signaller
+    )
 
 
 class FakeHolder:
@@ -224,7 +231,9 @@ class FakeHolder:
         self.pid = next(_PIDS)
         self._tg, self._handler = tg, handler
         self._dir = tempfile.TemporaryDirectory(prefix="corral-fake-session-")
-        os.chown(self._dir.name, OUTER_ID, OUTER_ID)  # the engine writes as the sandbox's uid
+        self.outer_id = FAKE_OUTER_ID
+        # The engine writes as the sandbox's uid.
+        os.chown(self._dir.name, FAKE_OUTER_ID, FAKE_OUTER_ID)
         self._worker: Worker | None = None
         self.interpreter_alive = False
         self.closed = False

@@ -215,3 +215,29 @@ def test_camel_case_aliases_and_snake_case_names_read_the_same(tmp_path: Path, t
     config = Config.load(flags={"config": path}, environ={})
     assert table_values(config.raw_toml, "code_interpreter") == {"max_calls": 5, "timeout_ms": 900}
     assert table_values(config.raw_toml, "mcp") == {}
+
+
+def test_uid_range_from_the_file_and_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "corral.toml"
+    path.write_text("[engine]\nuid_range = [3000000, 4096]\n")
+    config = Config.load(flags={"config": str(path)}, environ={})
+    assert config.uid_range == (3_000_000, 4096)
+    assert config.engine_options()["uid_range"] == (3_000_000, 4096)
+    from_env = Config.load(environ={"CORRAL_UID_RANGE": "4000000:16"})
+    assert from_env.uid_range == (4_000_000, 16)
+    assert "uid_range" not in Config.load(environ={}).engine_options()
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("60000:10000", "start at"),  # among system and login uids, and holds nobody
+        ("1000:10", "start at"),
+        ("3000000:1", "at least 2"),
+        ("4294967000:1000", "end below"),
+        ("3000000", "first, count"),
+    ],
+)
+def test_a_bad_uid_range_is_a_config_error(value: str, reason: str) -> None:
+    with pytest.raises(ConfigError, match=reason):
+        Config.load(environ={"CORRAL_UID_RANGE": value})

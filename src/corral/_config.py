@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from corral._limits import Limits
+from corral._uids import UidRange
 from corral.errors import ConfigError
 
 __all__ = ["ApiKey", "Config", "Mode", "reference_markdown", "table_values"]
@@ -75,6 +76,7 @@ class Config:
     timeout: float = 60.0
     session_idle_timeout: float = 600.0
     session_disk_bytes: int = 256 * _MIB
+    uid_range: tuple[int, int] | None = None
     session_id: str | None = None
     mount_folder: Path = Path("/mnt/data")
     download_chunk_size: int = 8192
@@ -100,6 +102,11 @@ class Config:
         keys = [k.key for k in self.api_keys]
         if len(set(keys)) != len(keys):
             raise ConfigError("api_keys: the same key is listed twice")
+        if self.uid_range is not None:
+            try:
+                UidRange(*self.uid_range).split()
+            except ValueError as exc:
+                raise ConfigError(f"uid_range: {exc}") from exc
         if self.session_id == "":
             object.__setattr__(self, "session_id", None)
 
@@ -126,6 +133,7 @@ class Config:
             "limits": self.limits(),
             "session_idle_timeout": self.session_idle_timeout,
             "session_disk_bytes": self.session_disk_bytes,
+            **({} if self.uid_range is None else {"uid_range": self.uid_range}),
         }
 
     def limits(self) -> Limits:
@@ -212,6 +220,15 @@ def _roles(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise TypeError(f"expected a list of role names, not {value!r}")
     return tuple(_text(r) for r in value)
+
+
+def _uid_range(value: Any) -> tuple[int, int]:
+    """``[first, count]`` in the file, ``first:count`` in the environment."""
+    if isinstance(value, str):
+        value = value.split(":")
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise ValueError("uid_range is [first, count] (CORRAL_UID_RANGE=first:count)")
+    return _int(value[0]), _int(value[1])
 
 
 def _api_keys(value: Any) -> tuple[ApiKey, ...]:
@@ -331,7 +348,11 @@ _FIELDS: dict[str, _Field] = {
     "session_idle_timeout": _Field("engine", ("CORRAL_SESSION_IDLE_TIMEOUT",), _float, _NUM,
         "Seconds after its last use when a session expires (DIAL's `sessionTtl`)."),
     "session_disk_bytes": _Field("engine", ("CORRAL_SESSION_DISK_BYTES",), _int, _INT,
-        "Disk quota of one session folder."),
+        "Disk quota of one session folder (a gateway session's tmpfs)."),
+    "uid_range": _Field("engine", ("CORRAL_UID_RANGE",), _uid_range, _LIST,
+        "Host uids for the sandbox as `[first, count]` (`first:count` in the variable): one "
+        "per live worker or session, the first of each half for a zygote; unset is corral's "
+        "default block (see `corral doctor`)."),
     # [container]
     "session_id": _Field("container", ("SESSION_ID",), _text, _STR,
         "The `x-dial-session-id` every request must carry (`SESSION_ID`); unset accepts any."),

@@ -32,9 +32,11 @@ __all__ = [
     "TEMP_PREFIX",
     "AtomicWriter",
     "FileEntry",
+    "create_private_file",
     "delete",
     "disk_usage",
     "list_files",
+    "make_private_dir",
     "open_file",
     "read_bytes",
     "stat",
@@ -300,6 +302,33 @@ def _open_dir(rfd: int, rel: PurePosixPath, *, create: bool) -> int:
         raise
 
 
+def make_private_dir(path: StrPath) -> None:
+    """Create ``path`` (and missing parents) and make it 0700, never through a link.
+
+    Raises:
+        OSError: it is a link or not a folder (``ELOOP``/``ENOTDIR``), or not ours.
+    """
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_uid != os.geteuid():
+            raise OSError(errno.EPERM, f"{path} belongs to another user")
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
+def create_private_file(path: StrPath) -> None:
+    """Create ``path`` as an empty 0600 file unless it exists; make an existing one 0600."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 class AtomicWriter:
     """Write a file so that readers see the old content or the whole new one, never a part.
 
@@ -309,9 +338,15 @@ class AtomicWriter:
     """
 
     def __init__(
-        self, root: StrPath, rel: StrPath, *, mkdirs: bool = True, max_bytes: int | None = None
+        self,
+        root: StrPath,
+        rel: StrPath,
+        *,
+        mkdirs: bool = True,
+        max_bytes: int | None = None,
+        mode: int = 0o644,
     ) -> None:
-        """Open the temporary file.
+        """Open the temporary file (``mode`` is the new file's, before the umask).
 
         Raises:
             InvalidPath: malformed, through a link or a regular file.
@@ -320,6 +355,7 @@ class AtomicWriter:
         self.path = validate_relpath(rel)
         self.size = 0
         self._max_bytes = max_bytes
+        self._mode = mode
         self._temp: str | None = None
         self._done = False
         with _root_fd(root) as rfd:
@@ -337,14 +373,15 @@ class AtomicWriter:
         with contextlib.suppress(OSError):
             if not _O_TMPFILE:
                 raise OSError(errno.EOPNOTSUPP, "no O_TMPFILE")
-            fd = os.open(".", _O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o644, dir_fd=self._dirfd)
+            flags = _O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC
+            fd = os.open(".", flags, self._mode, dir_fd=self._dirfd)
             # Naming an O_TMPFILE file needs /proc (linkat on /proc/self/fd without privileges).
             if os.path.exists(f"/proc/self/fd/{fd}"):
                 return fd
             os.close(fd)
         self._temp = TEMP_PREFIX + secrets.token_hex(8)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _BASE_FLAGS
-        return os.open(self._temp, flags, 0o644, dir_fd=self._dirfd)
+        return os.open(self._temp, flags, self._mode, dir_fd=self._dirfd)
 
     def write(self, data: bytes) -> None:
         """Append ``data``.

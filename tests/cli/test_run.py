@@ -114,6 +114,12 @@ def test_doctor_json_reports_the_features() -> None:
     names = {feature["name"] for feature in report["features"]}
     assert {"namespaces", "seccomp", "libseccomp", "pidfd"} <= names
     assert "ptrace" in report["seccomp_denied"]
+    policy = report["seccomp_policy"]
+    assert policy["default"] == "ENOSYS"
+    allowed = {name for group in policy["allow"] for name in group["syscalls"]}
+    assert {"read", "write", "mmap", "futex"} <= allowed
+    assert all(group["why"] for group in policy["allow"] + policy["eperm"])
+    assert {f["syscall"] for f in policy["filtered"]} == {"socket", "socketpair", "clone", "clone3"}
 
 
 def test_out_dir_keeps_the_files_and_the_figures(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ def test_local_api_key_is_made_once_and_kept_private(tmp_path: Path) -> None:
     assert key.startswith("corral-")
     assert len(key) > 30
     assert (tmp_path / "data" / "api-key").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "data").stat().st_mode & 0o777 == 0o700
 
 
 def _free_port() -> int:
@@ -44,13 +45,17 @@ def test_serve_on_embedded_defaults(tmp_path: Path) -> None:
     )  # fmt: skip
     try:
         assert server.stderr is not None
-        key = ""
+        said = []
         for line in server.stderr:  # ends when the server does: a hang fails the test timeout
-            if "Api-Key:" in line:
-                key = line.split("Api-Key:")[1].strip()
+            said.append(line)
             if f"serving the gateway API on http://127.0.0.1:{port}" in line:
                 break
-        assert key
+        # stderr is no terminal here (a service's stderr is a log): the key stays in its file.
+        key_file = tmp_path / "corral" / "api-key"
+        key = key_file.read_text().strip()
+        assert key.startswith("corral-")
+        assert not any(key in line for line in said)
+        assert any(str(key_file) in line for line in said)
         url = f"http://127.0.0.1:{port}/v1/ops/code_interpreter/execute_code"
         with httpx.Client(timeout=30) as client:
             denied = client.post(url, json={"code": "print(6 * 7)"})

@@ -14,9 +14,9 @@ import anyio
 import pytest
 
 from corral._limits import Limits
+from corral._uids import DEFAULT_UID_RANGE
 from corral.engine import Engine
 from corral.errors import ConfigError
-from corral.sandbox import OUTER_ID
 
 pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
 
@@ -37,9 +37,11 @@ async def engine(folder: Path) -> AsyncIterator[Engine]:
         yield started
 
 
+def _in_range(uid: int) -> bool:
+    return DEFAULT_UID_RANGE.first <= uid < DEFAULT_UID_RANGE.first + DEFAULT_UID_RANGE.count
+
+
 async def test_sessions_share_the_folder_with_the_host(engine: Engine, folder: Path) -> None:
-    owner = os.stat(folder)
-    assert (owner.st_uid, owner.st_gid) == (OUTER_ID, OUTER_ID)
     session = await engine.open_session()
     try:
         result = await session.run(
@@ -52,6 +54,25 @@ async def test_sessions_share_the_folder_with_the_host(engine: Engine, folder: P
     assert result.result == {"text/plain": repr((str(folder), "from the host", "from the host"))}
     kept = await anyio.Path(folder / "mine.txt").read_text()
     assert kept == "from the code"  # kept after the session
+    # The folder is the session's own host uid's, and so is what its code wrote.
+    owner, made = os.stat(folder), os.stat(folder / "mine.txt")
+    assert owner.st_uid == made.st_uid
+    assert _in_range(owner.st_uid)
+    assert os.stat(folder / "host.txt").st_uid == os.getuid()  # the host's own file is not
+
+
+async def test_a_new_session_adopts_what_an_earlier_one_made(engine: Engine, folder: Path) -> None:
+    first = await engine.open_session()
+    try:
+        assert (await first.run("open('old.txt', 'w').write('1')")).outcome == "ok"
+    finally:
+        await first.close()
+    second = await engine.open_session()
+    try:
+        result = await second.run("open('old.txt', 'a').write('2')\nopen('old.txt').read()")
+    finally:
+        await second.close()
+    assert result.result == {"text/plain": "'12'"}, result.stderr
 
 
 @pytest.mark.parametrize("preamble", ["", "import numpy\n"])  # lean and full zygote

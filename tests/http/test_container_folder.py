@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from corral._config import Config
+from corral._uids import DEFAULT_UID_RANGE
 from corral.cli._serve import container_warning
-from corral.sandbox import OUTER_ID
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
 
@@ -104,7 +104,9 @@ def test_files_live_in_the_host_folder_and_outlive_a_restart(
         )
         assert seen["stdout"] == f"{mount_folder}\nfrom a sidecar\n1,2\n", seen
         assert (mount_folder / "made.txt").read_text() == "by the code"
-        assert (mount_folder / "made.txt").stat().st_uid == OUTER_ID
+        owner = (mount_folder / "made.txt").stat().st_uid
+        assert DEFAULT_UID_RANGE.first <= owner < DEFAULT_UID_RANGE.first + DEFAULT_UID_RANGE.count
+        assert (mount_folder / "in" / "data.csv").stat().st_uid == owner  # the session's uid
         # The server never follows a link the code planted, though the host has the target.
         planted = client.post("/download_file", json={"path": "planted"})
         assert planted.status_code == 404
@@ -118,6 +120,9 @@ def test_files_live_in_the_host_folder_and_outlive_a_restart(
         assert {"path": "in/data.csv", "size": 8} in listed
         assert client.post("/download_file", json={"path": "made.txt"}).content == b"by the code"
         assert run(client, "print(open('made.txt').read())")["stdout"] == "by the code\n"
+        # The new session's own uid now: what the old one made is writable again.
+        assert run(client, "open('made.txt', 'a').write('!')")["status"] == "SUCCESS"
+        assert (mount_folder / "made.txt").read_text() == "by the code!"
 
 
 @pytest.mark.parametrize(

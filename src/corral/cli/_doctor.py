@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from corral.cli._main import EXIT_OK, EXIT_OTHER
-from corral.sandbox import DENIED_SYSCALLS, doctor
+from corral.sandbox import DENIED_SYSCALLS, SECCOMP_POLICY, doctor
 
 __all__ = ["doctor_command"]
 
@@ -19,6 +19,7 @@ def doctor_command(args: argparse.Namespace) -> int:
     if args.json:
         data = report.as_dict()
         data["seccomp_denied"] = list(DENIED_SYSCALLS)
+        data["seccomp_policy"] = SECCOMP_POLICY.as_dict()
         print(json.dumps(data, indent=2))
         return EXIT_OK if report.ok else EXIT_OTHER
     console = Console()
@@ -39,9 +40,10 @@ def doctor_command(args: argparse.Namespace) -> int:
     console.print(table)
     console.print(
         "Workers: own user, pid, mount, network, ipc and uts namespaces; uid 1000 "
-        "(65534 outside) with no capabilities; no_new_privs; seccomp denying "
-        f"{len(DENIED_SYSCALLS)} syscalls; rlimits on CPU, memory, processes, file "
-        "size and open files; a fresh tmpfs root."
+        "(a host uid of its own outside) with no capabilities; no_new_privs; a seccomp "
+        f"allowlist of {len(SECCOMP_POLICY.allowed_names())} syscalls (EPERM for "
+        f"{len(DENIED_SYSCALLS)} more, ENOSYS for any other); rlimits on CPU, memory, "
+        "processes, file size and open files; a fresh tmpfs root."
     )
     if report.ok:
         console.print("[green]corral can isolate workers on this host.[/]")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import anyio
 
+from corral import _fs
 from corral._config import ApiKey, Config
 from corral.cli._main import EXIT_OK
 
@@ -28,7 +29,7 @@ def local_api_key(data_dir: Path) -> tuple[str, bool]:
 
     Returns the key and whether it was just created.
     """
-    data_dir.mkdir(parents=True, exist_ok=True)
+    _fs.make_private_dir(data_dir)
     path = data_dir / _KEY_FILE
     try:
         return path.read_text().strip(), False
@@ -99,11 +100,13 @@ def serve_command(args: argparse.Namespace) -> int:
             key, created = local_api_key(config.data_dir)
             config = config.replace(api_keys=(ApiKey(key=key, user="local"),))
             where = config.data_dir / _KEY_FILE
-            verb = "created" if created else "using"
-            print(
-                f"corral: no API keys configured; {verb} {where}\ncorral: Api-Key: {key}",
-                file=sys.stderr,
-            )
+            # The key is shown once, when it is made, and only on a terminal: a service's
+            # stderr is a log (the journal), and keys never go into logs. It stays in its
+            # 0600 file.
+            if created and sys.stderr.isatty():
+                print(f"corral: created {where}\ncorral: Api-Key: {key}", file=sys.stderr)
+            else:
+                print(f"corral: no API keys configured; using the key in {where}", file=sys.stderr)
         host = f"[{config.bind_host}]" if ":" in config.bind_host else config.bind_host
         # Connections wait in the socket's backlog until the engine is up, then are served.
         print(

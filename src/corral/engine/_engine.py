@@ -17,6 +17,7 @@ import anyio.abc
 
 import corral
 from corral._limits import DEFAULT_LIMITS, Limits
+from corral._uids import DEFAULT_UID_RANGE, UidRange
 from corral.engine._inputs import Input, RunEventSink
 from corral.engine._job import Job, request_for, validate_request, watch_cancel
 from corral.engine._outcome import build_result
@@ -24,11 +25,10 @@ from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outc
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
 from corral.engine._session import Session, SessionManager
 from corral.engine._stream import OutputEvent, OutputListener, iterate
-from corral.engine._supply import WorkerSupply, stdlib_only
+from corral.engine._supply import WorkerSupply, adopt_data_dir, stdlib_only
 from corral.errors import Busy, EngineClosed, WorkerError, ZygoteUnavailable
 from corral.sandbox import (
     DEFAULT_PRELOAD,
-    OUTER_ID,
     Holder,
     WarmPool,
     Worker,
@@ -79,6 +79,7 @@ class Engine:
         min_free_memory: int = 256 * 1024 * 1024,
         lean: bool = True,
         lean_preload: Sequence[str] = (),
+        uid_range: tuple[int, int] | UidRange = DEFAULT_UID_RANGE,
         session_data_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.capacity = capacity or os.cpu_count() or 1
@@ -88,11 +89,16 @@ class Engine:
         self._scheduler = Scheduler(self.capacity, queue_size, min_free_memory=min_free_memory)
         self.session_idle_timeout = session_idle_timeout
         self.session_disk_bytes = session_disk_bytes
+        uids = uid_range if isinstance(uid_range, UidRange) else UidRange(*uid_range)
+        full_uids, lean_uids = uids.split()  # each zygote a block of its own
         # A host folder as every session's /mnt/data (container mode's MOUNT_FOLDER): files
         # outlive the holder, and the folder's own size, not session_disk_bytes, bounds them.
-        data_dir = None if session_data_dir is None else os.fspath(session_data_dir)
-        self._full = WorkerSupply(preload, limits, self._pool_size, data_dir)
-        self._lean = WorkerSupply(lean_preload, limits, self._pool_size) if lean else None
+        self._uids = uids
+        self._data_dir = None if session_data_dir is None else os.fspath(session_data_dir)
+        self._full = WorkerSupply(preload, limits, self._pool_size, full_uids, self._data_dir)
+        self._lean = (
+            WorkerSupply(lean_preload, limits, self._pool_size, lean_uids) if lean else None
+        )
         self._closing_event = anyio.Event()
         self._stack: contextlib.AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -364,7 +370,7 @@ class Engine:
                 if item.original is not None:
                     files.append((f"{item.id}.orig", item.original))
             try:
-                await worker.write_inputs(files, uid=OUTER_ID, gid=OUTER_ID)
+                await worker.write_inputs(files, uid=worker.outer_id, gid=worker.outer_id)
             except OSError as exc:
                 return job.stopped("invalid_input", f"the inputs do not fit: {exc}", evidence)
         try:
@@ -420,7 +426,19 @@ class Engine:
         zygote = self._full.zygote
         if zygote is None:
             raise ZygoteUnavailable("no zygote")
-        return await zygote.spawn_holder(self.session_disk_bytes)
+        holder = await zygote.spawn_holder(self.session_disk_bytes)
+        if self._data_dir is not None:
+            # Before any code runs: the folder, and what earlier sessions left, become this
+            # session's own uid's (each session has one of its own).
+            try:
+                await anyio.to_thread.run_sync(
+                    adopt_data_dir, self._data_dir, holder.outer_id, self._uids
+                )
+            except BaseException:
+                holder.kill()
+                holder.close()
+                raise
+        return holder
 
     def forget_session(self, session_id: str) -> None:
         if self._sessions is not None:

@@ -27,7 +27,6 @@ from corral.engine._job import Job, validate_request, watch_cancel
 from corral.engine._result import Evidence, ExecutionResult, FileInfo, Outcome
 from corral.engine._stream import OutputEvent, OutputListener, iterate
 from corral.errors import Busy, SessionClosed, SessionExists, SessionNotFound, WorkerError
-from corral.sandbox import OUTER_ID
 
 if TYPE_CHECKING:
     from corral.engine._engine import Engine
@@ -54,7 +53,9 @@ class Session:
         self._worker: Worker | None = None
         self._restart_note = False
         self._data_fd = holder.open_data_dir()
-        self.files = SessionFiles(self._data_fd, OUTER_ID, OUTER_ID, engine.session_disk_bytes)
+        self.files = SessionFiles(
+            self._data_fd, holder.outer_id, holder.outer_id, engine.session_disk_bytes
+        )
         self.closed = False
         self._closing = anyio.Event()
 

@@ -19,8 +19,9 @@ import anyio
 import anyio.abc
 
 from corral._limits import Limits
+from corral._uids import UidRange
 from corral.errors import ConfigError, IsolationError, WorkerError
-from corral.sandbox import OUTER_ID, WarmPool, Zygote, doctor
+from corral.sandbox import WarmPool, Zygote, doctor
 
 __all__ = ["WorkerSupply", "stdlib_only"]
 
@@ -70,21 +71,37 @@ async def _probe(zygote: Zygote) -> None:
 
 
 def prepare_data_dir(path: str) -> None:
-    """Make ``path`` a folder the sandbox user can write: created if missing, owned by the
-    host uid the sandbox runs as. Files already in it keep their owners and modes.
+    """Make sure ``path`` is a folder, created if missing (a link is refused).
 
     Raises:
-        ConfigError: it cannot be created, or is not a directory (a link is refused).
+        ConfigError: it cannot be created, or is not a directory.
     """
     try:
         os.makedirs(path, mode=0o755, exist_ok=True)
         info = os.stat(path, follow_symlinks=False)
-        if not stat.S_ISDIR(info.st_mode):
-            raise ConfigError(f"the session data folder {path} is not a directory")
-        if (info.st_uid, info.st_gid) != (OUTER_ID, OUTER_ID):
-            os.chown(path, OUTER_ID, OUTER_ID, follow_symlinks=False)
     except OSError as exc:
         raise ConfigError(f"cannot use {path} as the session data folder: {exc.strerror}") from exc
+    if not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"the session data folder {path} is not a directory")
+
+
+def adopt_data_dir(path: str, uid: int, sandbox: UidRange) -> None:
+    """Give a new session the data folder: the folder and what earlier sessions made in it
+    (entries owned by a uid of ``sandbox``) become ``uid``'s; others' files keep their owners.
+
+    Called before the session runs any code. Entries are changed through their directory's
+    descriptor and never through a link, and links are never followed into.
+    """
+    first, last = sandbox.first, sandbox.first + sandbox.count
+    os.chown(path, uid, uid, follow_symlinks=False)
+    for _dir, names, files, dir_fd in os.fwalk(path, follow_symlinks=False):
+        for name in (*names, *files):
+            try:
+                owner = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_uid
+                if first <= owner < last and owner != uid:
+                    os.chown(name, uid, uid, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
 
 
 class WorkerSupply:
@@ -95,9 +112,11 @@ class WorkerSupply:
         preload: Sequence[str],
         limits: Limits,
         pool_size: int,
+        uids: UidRange,
         session_data_dir: str | None = None,
     ) -> None:
         self.preload = tuple(preload)
+        self._uids = uids
         self._session_data_dir = session_data_dir
         self._limits = limits
         self._pool_size = pool_size
@@ -120,9 +139,14 @@ class WorkerSupply:
         }
         # The option only when set: a stand-in zygote (tests' fake sandbox) need not know it.
         zygote = (
-            Zygote(preload=self.preload, static=static)
+            Zygote(preload=self.preload, uids=self._uids, static=static)
             if self._session_data_dir is None
-            else Zygote(preload=self.preload, static=static, data_dir=self._session_data_dir)
+            else Zygote(
+                preload=self.preload,
+                uids=self._uids,
+                static=static,
+                data_dir=self._session_data_dir,
+            )
         )
         try:
             await zygote.start(task_group)

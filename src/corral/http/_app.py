@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 import corral
+from corral import _fs
 from corral._config import Config
 from corral.errors import ConfigError
 from corral.http import _container, _files_api, _gateway, _own
@@ -41,6 +42,7 @@ def create_app(engine: EngineAPI, config: Config) -> FastAPI:
         if not config.api_keys:
             raise ConfigError("gateway mode needs an API key: set CORRAL_API_KEYS=key:user")
         keyring = Keyring(config.api_keys, config.create_code_app_roles)
+        _fs.make_private_dir(config.data_dir)
         store = FileStore(config.data_dir / "files")
         registry = Registry(engine, config.max_sessions_per_key)
         state.gateway = Gateway(keyring=keyring, store=store, registry=registry)

@@ -63,10 +63,16 @@ class FileStore:
     """Files by ``(bucket, path)``; safe to share between requests and threads."""
 
     def __init__(self, folder: Path) -> None:
-        """Open (or create) the store in ``folder`` and drop blobs no row refers to."""
+        """Open (or create) the store in ``folder`` and drop blobs no row refers to.
+
+        The folder is 0700 and its files 0600: uploads are tenants' data (SQLite gives its
+        -wal and -shm files the database's own mode).
+        """
         self._blobs = folder / "blobs"
-        self._blobs.mkdir(parents=True, exist_ok=True)
+        _fs.make_private_dir(folder)
+        _fs.make_private_dir(self._blobs)
         self._db = folder / "files.sqlite3"
+        _fs.create_private_file(self._db)
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(_SCHEMA)
@@ -116,7 +122,7 @@ class FileStore:
         """
         blob = f"{secrets.token_hex(1)}/{secrets.token_hex(16)}"
         writer = await anyio.to_thread.run_sync(
-            lambda: _fs.AtomicWriter(self._blobs, blob, max_bytes=max_bytes)
+            lambda: _fs.AtomicWriter(self._blobs, blob, max_bytes=max_bytes, mode=0o600)
         )
         digest = hashlib.sha256()
         try:

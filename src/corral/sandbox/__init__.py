@@ -29,14 +29,18 @@ from corral.sandbox.host._holder import Holder
 from corral.sandbox.host._pool import PoolStatistics, WarmPool
 from corral.sandbox.host._worker import OutputSink, Worker, WorkerReport
 from corral.sandbox.host._zygote import DEFAULT_PRELOAD, Zygote
-from corral.sandbox.inside._rootfs import OUTER_ID
-from corral.sandbox.inside._seccomp import DENIED_SYSCALLS
+from corral.sandbox.inside._seccomp import (
+    DENIED_SYSCALLS,
+    SECCOMP_POLICY,
+    SeccompPolicy,
+    SyscallGroup,
+)
 
 __all__ = [
     "DEFAULT_PRELOAD",
     "DENIED_SYSCALLS",
     "MAX_REPORTED_PATH",
-    "OUTER_ID",
+    "SECCOMP_POLICY",
     "DoctorReport",
     "Done",
     "ErrorReport",
@@ -49,6 +53,8 @@ __all__ = [
     "PoolStatistics",
     "RunLimits",
     "RunRequest",
+    "SeccompPolicy",
+    "SyscallGroup",
     "Usage",
     "WarmPool",
     "Worker",

@@ -32,6 +32,8 @@ __all__ = [
     "as_fs_owner",
     "clone_namespaces",
     "drop_capabilities",
+    "hide_command_line",
+    "keep_only_capabilities",
     "load_seccomp_bpf",
     "mount",
     "pivot_root",
@@ -68,6 +70,7 @@ _PR_SET_DUMPABLE = 4
 _PR_SET_SECCOMP = 22
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_KEEPCAPS = 8
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -210,6 +213,52 @@ def drop_capabilities() -> None:
     header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
     _check(_libc.syscall(_nr("capset"), ctypes.byref(header), ctypes.byref(data)), "capset")
+
+
+def keep_only_capabilities(caps: tuple[int, ...], uid: int, gid: int) -> None:
+    """Become ``uid``/``gid`` for good while keeping ``caps`` (and nothing else) effective.
+
+    Call as root: the bounding set shrinks to ``caps`` first (that needs CAP_SETPCAP), then
+    keep-caps carries the permitted set across setresuid, and capset trims it.
+    """
+    for cap in range(_CAP_LAST + 1):
+        if cap in caps:
+            continue
+        if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 and ctypes.get_errno() != 22:
+            _check(-1, f"PR_CAPBSET_DROP {cap}")
+    _prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL)
+    os.setgroups([])
+    _prctl(_PR_SET_KEEPCAPS, 1)
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    _prctl(_PR_SET_KEEPCAPS, 0)
+    mask = sum(1 << cap for cap in caps)
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    data[0].effective = data[0].permitted = mask & 0xFFFFFFFF
+    data[1].effective = data[1].permitted = mask >> 32
+    _check(_libc.syscall(_nr("capset"), ctypes.byref(header), ctypes.byref(data)), "capset")
+
+
+_STAT_ARG_START = 45  # /proc/self/stat fields 48 and 49, counted after the ")" of comm
+
+
+def hide_command_line(shown: bytes) -> None:
+    """Make /proc/self/cmdline (and every fork's) read ``shown`` instead of the real argv.
+
+    PR_SET_MM could point the kernel elsewhere, but needs CAP_SYS_RESOURCE, which containers
+    often lack; instead the original argv area is overwritten in place (CPython keeps its own
+    copies). Its last byte is left non-zero, the sign of setproctitle(3) the kernel honours
+    by reading only up to the first NUL.
+    """
+    with open("/proc/self/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    start, end = int(fields[_STAT_ARG_START]), int(fields[_STAT_ARG_START + 1])
+    if end - start < len(shown) + 2:
+        raise OSError(f"the command line is too short to hold {shown!r}")
+    ctypes.memset(start, 0, end - start)
+    ctypes.memmove(start, shown, len(shown))
+    ctypes.memset(end - 1, ord(" "), 1)
 
 
 class _SockFprog(ctypes.Structure):

@@ -167,7 +167,7 @@ def doctor() -> DoctorReport:
             "root",
             root,
             True,
-            "corral builds the sandbox root as root, then drops to uid 65534"
+            "corral builds the sandbox root as root, then drops to a uid of its own range"
             if root
             else "run corral as root (it drops privileges itself)",
         )

@@ -29,8 +29,12 @@ class Holder:
         ctl: socket.socket,
         out_fd: int,
         err_fd: int,
+        *,
+        outer_id: int,
     ) -> None:
         self.pid = pid
+        self.outer_id = outer_id
+        """The host uid and gid of this session's processes (its own, for its whole life)."""
         self._pidfd = pidfd
         self._ctl = ctl
         self._out = out_fd
@@ -109,6 +113,7 @@ class Holder:
             ours,
             out_r,
             err_r,
+            outer_id=self.outer_id,
             signaller=self._signal_interpreter,
         )
         try:

@@ -70,9 +70,12 @@ class Worker:
         out_fd: int,
         err_fd: int,
         *,
+        outer_id: int,
         signaller: Callable[[int], None] | None = None,
     ) -> None:
         self.pid = pid
+        self.outer_id = outer_id
+        """The host uid and gid this worker runs as (its own; files for it are written so)."""
         self._pidfd = pidfd
         self._signaller = signaller
         self._sock = sock

@@ -7,11 +7,12 @@ ends down, so worker traffic never passes through the zygote.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
+import signal
 import socket
-import subprocess
 import sys
 import weakref
 from pathlib import Path
@@ -21,12 +22,13 @@ import anyio
 import anyio.abc
 
 import corral
+from corral._uids import DEFAULT_UID_RANGE, UidRange
 from corral.errors import IsolationError, ZygoteUnavailable
 from corral.sandbox._seqpacket import areceive, asend
 from corral.sandbox.host._holder import Holder
+from corral.sandbox.host._runtime import private_dir, runtime_dir
 from corral.sandbox.host._worker import Worker
 from corral.sandbox.inside._isolate import SANDBOX_ENV
-from corral.sandbox.inside._rootfs import OUTER_ID
 
 __all__ = ["DEFAULT_PRELOAD", "Zygote"]
 
@@ -39,9 +41,17 @@ _SPAWN_TIMEOUT = 10.0  # seconds for the zygote to clone; it only ever forks
 # (a script's folder, say) is no business of the sandbox.
 _BOOTSTRAP = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-    "from corral.sandbox.inside._zygote import main; main(sys.argv[1:])"
+    "from corral.sandbox.inside._zygote import main; main()"
 )
 _CORRAL_PARENT = str(Path(corral.__file__).resolve().parent.parent)
+# Staged shutdown. Closing the control socket is the zygote's signal to exit, which it does at
+# once (os._exit; its workers die with it by their parent-death signal): a healthy zygote is
+# gone within the first grace. A wedged one gets SIGTERM, then SIGKILL, which cannot be
+# ignored; the last bound only keeps a process stuck in the kernel (D state) from holding
+# shutdown forever, and is logged, never silent.
+_EXIT_GRACE = 2.0  # seconds after the control socket closes
+_TERM_GRACE = 1.0  # seconds after SIGTERM
+_REAP_TIMEOUT = 5.0  # seconds after SIGKILL
 
 
 class Zygote:
@@ -51,8 +61,7 @@ class Zygote:
         self,
         *,
         preload: tuple[str, ...] = DEFAULT_PRELOAD,
-        uid: int = OUTER_ID,
-        gid: int = OUTER_ID,
+        uids: UidRange = DEFAULT_UID_RANGE,
         static: dict[str, int] | None = None,
         data_dir: str | None = None,
     ) -> None:
@@ -65,13 +74,12 @@ class Zygote:
             "open_files": 256,
         }
         self._preload = preload
-        self._uid = uid
-        self._gid = gid
+        self._uids = uids
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[anyio.Event, list[Any]]] = {}
         # The live one-shot workers by pid, for diagnostics; a closed worker drops out.
         self._workers: weakref.WeakValueDictionary[int, Worker] = weakref.WeakValueDictionary()
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: anyio.abc.Process | None = None
         self._ctl: socket.socket | None = None
         self.dead = anyio.Event()
         self.hello: dict[str, Any] = {}
@@ -87,37 +95,33 @@ class Zygote:
         # Workers are forks of the zygote, and /proc/self/environ shows the block it was
         # started with: it gets the sandbox's environment and nothing of the server's.
         env = dict(SANDBOX_ENV)
-        argv = [
-            sys.executable,
-            "-s",
-            "-P",
-            "-c",
-            _BOOTSTRAP,
-            _CORRAL_PARENT,
-            "--ctl-fd",
-            str(theirs.fileno()),
-            "--preload",
-            ",".join(self._preload),
-            "--uid",
-            str(self._uid),
-            "--gid",
-            str(self._gid),
-            *(["--data-dir", self._data_dir] if self._data_dir else []),
-        ]
-        self._process = await anyio.to_thread.run_sync(
+        cache = await anyio.to_thread.run_sync(lambda: private_dir(runtime_dir(), "cache"))
+        config = {
+            "t": "config",
+            "preload": list(self._preload),
+            "uids": [self._uids.first, self._uids.count],
+            "cache_dir": str(cache),
+            **({"data_dir": self._data_dir} if self._data_dir else {}),
+        }
+        try:
             # Its own session: a terminal's Ctrl-C is for the server, which stops the zygote.
-            lambda: subprocess.Popen(
-                argv,
-                pass_fds=[theirs.fileno()],
+            # Its control socket is its stdin, its configuration the first message on it.
+            self._process = await anyio.open_process(
+                [sys.executable, "-s", "-P", "-c", _BOOTSTRAP, _CORRAL_PARENT],
+                stdin=theirs.fileno(),
+                stdout=None,
+                stderr=None,
                 env=env,
-                stdin=subprocess.DEVNULL,
-                close_fds=True,
                 start_new_session=True,
             )
-        )
-        theirs.close()
+        finally:
+            theirs.close()
         ours.setblocking(False)
         self._ctl = ours
+        try:
+            await asend(ours, config)
+        except OSError as exc:
+            raise ZygoteUnavailable(f"the zygote exited during start-up: {exc}") from exc
         with anyio.move_on_after(_START_TIMEOUT):
             message, _ = await self._receive()
             if message is None:
@@ -144,9 +148,13 @@ class Zygote:
                 if message is None:
                     return
                 kind = message.get("t")
-                if kind == "spawned" and message.get("id") in self._pending:
+                if kind == "spawned" and message.get("id") in self._pending and fds:
                     event, box = self._pending[message["id"]]
-                    box.extend([message["pid"], fds[0]])
+                    box.extend([message["pid"], fds[0], message["uid"]])
+                    event.set()
+                elif kind == "refused" and message.get("id") in self._pending:
+                    event, box = self._pending[message["id"]]
+                    box.append(str(message.get("error")))
                     event.set()
                 else:
                     for fd in fds:
@@ -161,7 +169,7 @@ class Zygote:
 
     async def _clone(
         self, message: dict[str, Any], kind: socket.SocketKind
-    ) -> tuple[int, int, socket.socket, int, int]:
+    ) -> tuple[int, int, socket.socket, int, int, int]:
         if self.dead.is_set() or self._ctl is None:
             raise ZygoteUnavailable("the zygote is not running")
         ident = next(self._ids)
@@ -188,6 +196,8 @@ class Zygote:
                 await event.wait()
             if not box:
                 raise ZygoteUnavailable("the zygote did not spawn a worker")
+            if len(box) == 1:
+                raise ZygoteUnavailable(f"the zygote could not spawn a worker: {box[0]}")
         except BaseException:
             ours.close()
             os.close(out_r)
@@ -195,7 +205,7 @@ class Zygote:
             raise
         finally:
             self._pending.pop(ident, None)
-        return int(box[0]), int(box[1]), ours, out_r, err_r
+        return int(box[0]), int(box[1]), ours, out_r, err_r, int(box[2])
 
     async def spawn(self, *, work_bytes: int | None = None) -> Worker:
         """Clone a new one-shot worker; it is isolated but may still be starting up.
@@ -207,8 +217,8 @@ class Zygote:
             ZygoteUnavailable: the zygote is gone or did not answer.
         """
         extra = {} if work_bytes is None else {"static": {**self._static, "work_bytes": work_bytes}}
-        pid, pidfd, sock, out_r, err_r = await self._clone(extra, socket.SOCK_STREAM)
-        worker = Worker(pid, pidfd, sock, out_r, err_r)
+        pid, pidfd, sock, out_r, err_r, uid = await self._clone(extra, socket.SOCK_STREAM)
+        worker = Worker(pid, pidfd, sock, out_r, err_r, outer_id=uid)
         self._workers[worker.pid] = worker
         return worker
 
@@ -218,24 +228,39 @@ class Zygote:
         Raises:
             ZygoteUnavailable: the zygote is gone or did not answer.
         """
-        pid, pidfd, sock, out_r, err_r = await self._clone(
+        pid, pidfd, sock, out_r, err_r, uid = await self._clone(
             {"session": True, "disk_bytes": disk_bytes}, socket.SOCK_SEQPACKET
         )
-        return Holder(pid, pidfd, sock, out_r, err_r)
+        return Holder(pid, pidfd, sock, out_r, err_r, outer_id=uid)
 
     def kill(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
+        if self._process is not None and self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
 
     async def aclose(self) -> None:
+        """Stop the zygote in stages: close its socket, then SIGTERM, then SIGKILL; reap it."""
         if self._ctl is not None:
             anyio.notify_closing(self._ctl)
             self._ctl.close()
             self._ctl = None
-        if self._process is not None:
-            self.kill()
-            with anyio.move_on_after(5):
-                await anyio.to_thread.run_sync(self._process.wait)
+        process = self._process
+        if process is not None:
+            with anyio.CancelScope(shield=True):
+                for grace, stop in (
+                    (_EXIT_GRACE, None),
+                    (_TERM_GRACE, signal.SIGTERM),
+                    (_REAP_TIMEOUT, signal.SIGKILL),
+                ):
+                    if stop is not None and process.returncode is None:
+                        with contextlib.suppress(ProcessLookupError):
+                            process.send_signal(stop)
+                    with anyio.move_on_after(grace):
+                        await process.wait()
+                    if process.returncode is not None:
+                        break
+                else:
+                    logger.error("zygote %s did not exit after SIGKILL", process.pid)
         self._mark_dead()
 
     @property

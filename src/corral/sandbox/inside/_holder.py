@@ -65,16 +65,12 @@ def holder_main(
     staged: list[tuple[str, str]],
     disk_bytes: int,
     seccomp_bpf: bytes,
-    outer_uid: int,
-    outer_gid: int,
     static: _runner.StaticLimits,
 ) -> None:
     """Enter the sandbox in a freshly cloned session worker and serve its control socket."""
     cwd, inputs_fd = _isolate.enter(
         template=template,
         staged=staged,
-        outer_uid=outer_uid,
-        outer_gid=outer_gid,
         work_bytes=static["work_bytes"],
         session_disk_bytes=disk_bytes,
     )

@@ -17,7 +17,7 @@ import resource
 from collections.abc import Mapping
 
 from corral.sandbox import _syscalls as sc
-from corral.sandbox.inside._rootfs import DATA_STAGE, DATA_TARGET, SANDBOX_GID, SANDBOX_UID
+from corral.sandbox.inside._rootfs import DATA_STAGE, DATA_TARGET, MASKS, PROC_MASKS
 
 __all__ = ["SANDBOX_ENV", "bound_run", "enter", "lock_down"]
 
@@ -41,31 +41,20 @@ _NOSUID_NODEV = sc.MS_NOSUID | sc.MS_NODEV
 _INPUTS_STAGING = "/tmp/.corral-inputs"
 
 
-def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
-
 def enter(
     *,
     template: str,
     staged: list[tuple[str, str]],
-    outer_uid: int,
-    outer_gid: int,
     work_bytes: int,
     session_disk_bytes: int | None = None,
 ) -> tuple[str, int]:
-    """Map ids, build the worker's mounts on the template and pivot into it.
+    """Build the worker's mounts on the template and pivot into it.
+
+    The zygote has mapped the worker's ids already (onto a host uid of the worker's own).
 
     Returns the working directory user code starts in and a descriptor of the writable
     inputs file system (for the engine; the worker closes its copy once it has passed it on).
     """
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", f"{SANDBOX_UID} {outer_uid} 1\n")
-    _write("/proc/self/gid_map", f"{SANDBOX_GID} {outer_gid} 1\n")
     root = template
     # Mounts copied from the zygote's namespace are locked; pivot_root needs a root of our own.
     sc.mount(root, root, None, sc.MS_BIND | sc.MS_REC)
@@ -107,6 +96,8 @@ def enter(
         os.makedirs(f"{root}{path}", exist_ok=True)
         sc.mount(f"{root}{stage}", f"{root}{path}", None, sc.MS_BIND | sc.MS_REC)
     sc.mount("proc", f"{root}/proc", "proc", _NOSUID_NODEV | sc.MS_NOEXEC)
+    for mask, target in PROC_MASKS:
+        sc.mount(f"{root}{MASKS}/{mask}", f"{root}/proc/{target}", None, sc.MS_BIND)
     os.chdir(root)
     sc.pivot_root(".", ".")
     sc.umount(".", sc.MNT_DETACH)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import site
 import sys
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -21,8 +22,8 @@ from corral.sandbox import _syscalls as sc
 __all__ = [
     "DATA_STAGE",
     "DATA_TARGET",
-    "OUTER_ID",
     "OVERLAID",
+    "PROC_MASKS",
     "SANDBOX_GID",
     "SANDBOX_UID",
     "STAGE",
@@ -42,10 +43,27 @@ DATA_TARGET = "/etc/corral-data-path"
 """Where runtime directories that live under a worker-owned mount point are staged."""
 OVERLAID = ("/work", "/tmp", "/inputs", "/mnt", "/proc", "/dev", "/etc")
 """Mount points each worker covers with its own file systems."""
-OUTER_ID = 65534
-"""The host uid and gid the zygote drops to, and every worker runs as (nobody/nogroup)."""
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
+
+MASKS = "/.corral-masks"
+"""Where the template keeps the files that cover host-revealing entries of a worker's /proc."""
+PROC_MASKS: list[tuple[str, str]] = []
+"""(mask under MASKS, path under /proc) pairs this host needs; filled by build_template."""
+_EMPTY = "empty"
+_PRESSURE_ZERO = (
+    "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+    "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+)
+# What a worker's /proc would tell of the host and of other tenants: the kernel's command
+# line and build config, the boot id (a host fingerprint), and the load and pressure
+# figures, which follow every other tenant's activity.
+_MASKED_FILES = {
+    "cmdline": _EMPTY,
+    "config.gz": _EMPTY,
+    "sys/kernel/random/boot_id": "boot_id",
+    "loadavg": "loadavg",
+}
 
 _SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _DEVICES = ("null", "zero", "full", "random", "urandom")
@@ -204,8 +222,26 @@ def build_template(
         if data_target is not None:
             (root / data_target.lstrip("/")).mkdir(mode=0o755, parents=True, exist_ok=True)
         (root / DATA_TARGET.lstrip("/")).write_text(data_target or "")
+    _build_masks(root / MASKS.lstrip("/"))
     sc.mount(None, template, None, sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID)
     return template, staged
+
+
+def _build_masks(masks: Path) -> None:
+    masks.mkdir(mode=0o755)
+    (masks / _EMPTY).write_text("")
+    (masks / "loadavg").write_text("0.00 0.00 0.00 1/1 1\n")
+    (masks / "boot_id").write_text(f"{uuid.uuid4()}\n")  # this zygote's, not the host's
+    PROC_MASKS.clear()
+    for target, mask in _MASKED_FILES.items():
+        if os.path.exists(f"/proc/{target}"):
+            PROC_MASKS.append((mask, target))
+    if os.path.isdir("/proc/pressure"):
+        pressure = masks / "pressure"
+        pressure.mkdir(mode=0o555)
+        for name in sorted(os.listdir("/proc/pressure")):
+            (pressure / name).write_text(_PRESSURE_ZERO)
+        PROC_MASKS.append(("pressure", "pressure"))
 
 
 def enter_base(template: str) -> str:

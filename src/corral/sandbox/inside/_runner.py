@@ -292,16 +292,12 @@ def worker_main(
     template: str,
     staged: list[tuple[str, str]],
     seccomp_bpf: bytes,
-    outer_uid: int,
-    outer_gid: int,
     static: StaticLimits,
 ) -> None:
     """Enter the sandbox in a freshly cloned one-shot worker and serve its one request."""
     cwd, inputs_fd = _isolate.enter(
         template=template,
         staged=staged,
-        outer_uid=outer_uid,
-        outer_gid=outer_gid,
         work_bytes=static["work_bytes"],
     )
     serve(cwd=cwd, session=False, seccomp_bpf=seccomp_bpf, static=static, inputs_fd=inputs_fd)

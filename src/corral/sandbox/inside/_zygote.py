@@ -1,15 +1,19 @@
 """The zygote: a single-threaded fork server with the runtime already imported.
 
-Started by the engine as ``python -m corral.sandbox.inside._zygote`` with a scrubbed environment.
-As root it imports the preload set, compiles the seccomp policy, builds the template root in
-a private mount namespace, then drops to an unprivileged uid for good. From then on it only
-clones workers (each into new user, pid, mount, network, ipc and uts namespaces), hands the
-engine a pidfd for each, and reaps them. It never runs user code itself.
+Started by the engine as a plain ``python3`` whose stdin is its control socket; the first
+message on it is its configuration, so its command line (which every worker inherits as
+``/proc/1/cmdline``) says nothing of corral. As root it hides that command line, imports the
+preload set with its caches in corral's private runtime directory, compiles the seccomp
+policy and builds the template root in a private mount namespace. Then it drops to its own
+uid for good, keeping only CAP_SETUID, CAP_SETGID (to give each worker its own host uid) and
+CAP_KILL, and staying non-dumpable. From then on it only clones workers (each into new user, pid,
+mount, network, ipc and uts namespaces), maps each to a host uid of its own, hands the engine
+a pidfd for each, and reaps them. It never runs user code itself.
 """
 
 from __future__ import annotations
 
-import argparse
+import collections
 import gc
 import importlib
 import os
@@ -25,11 +29,19 @@ from corral.sandbox._seqpacket import send as _send
 # Imported here, as root: after dropping privileges the zygote may not be able to read its
 # own source (a checkout under /root, say), and every child needs these.
 from corral.sandbox.inside._holder import holder_main
+from corral.sandbox.inside._isolate import SANDBOX_ENV
+from corral.sandbox.inside._rootfs import SANDBOX_GID, SANDBOX_UID
 from corral.sandbox.inside._runner import run_then_exit, worker_main
 
 __all__ = ["main"]
 
 _NAMESPACES = 0x10000000 | 0x20000000 | 0x00020000 | 0x40000000 | 0x08000000 | 0x04000000
+# CAP_SETGID and CAP_SETUID map each worker to a host uid of its own. CAP_KILL lets the
+# kernel deliver the workers' parent-death signal when we die: that signal is checked like
+# one we sent, and a worker's uid is not ours.
+_KEPT_CAPABILITIES = (5, 6, 7)
+_PRIVATE_HOME = ("HOME", "MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
+_HANDSHAKE_TIMEOUT = 5.0  # seconds for a new child to say it is ready to be mapped
 
 
 def _preload(modules: list[str]) -> dict[str, str]:
@@ -45,14 +57,76 @@ def _preload(modules: list[str]) -> dict[str, str]:
     return versions
 
 
+class _Uids:
+    """The host uids this zygote gives its workers: one per live worker, reused oldest first.
+
+    A uid comes back when the zygote reaps the worker: the worker is init of its own pid
+    namespace, and the kernel reports its exit only once every process in it is gone.
+    """
+
+    def __init__(self, first: int, count: int) -> None:
+        self._free = collections.deque(range(first, first + count))
+        self._by_pid: dict[int, int] = {}
+
+    def take(self) -> int | None:
+        return self._free.popleft() if self._free else None
+
+    def hold(self, pid: int, uid: int) -> None:
+        self._by_pid[pid] = uid
+
+    def give_back(self, uid: int) -> None:
+        self._free.append(uid)
+
+    def reaped(self, pid: int) -> None:
+        uid = self._by_pid.pop(pid, None)
+        if uid is not None:
+            self._free.append(uid)
+
+
+def _map_ids(pid: int, uid: int) -> None:
+    """Map the worker's sandbox uid and gid onto ``uid`` (CAP_SETUID/SETGID needed here)."""
+    for name, text in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{SANDBOX_UID} {uid} 1\n"),
+        ("gid_map", f"{SANDBOX_GID} {uid} 1\n"),
+    ):
+        fd = os.open(f"/proc/{pid}/{name}", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+
+def _become_sandbox_user(handshake: socket.socket) -> None:
+    """In the child: let the zygote map our ids, then become the sandbox user.
+
+    We start non-dumpable like the zygote, so our /proc files belong to root and the zygote
+    (not root) could not open our uid_map: we become dumpable (our files then belong to the
+    uid the zygote holds while it maps us), say so, and wait.
+    """
+    from corral.sandbox import _syscalls as sc
+
+    sc.set_dumpable(True)
+    handshake.send(b"r")
+    handshake.recv(1)  # EOF once the maps are written (or the zygote gave up and kills us)
+    handshake.close()
+    os.setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID)
+    # The ids we had were not 0 in this namespace, so the capabilities we hold in it stay.
+    os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+    # A credential change clears the parent-death signal and makes a process non-dumpable.
+    # A worker stays dumpable so it can read its own /proc/self/fd (subprocess does); only
+    # its own uid can trace it.
+    sc.set_pdeathsig(signal.SIGKILL)
+    sc.set_dumpable(True)
+
+
 def _spawn(
     message: dict[str, Any],
     fds: list[int],
     ctl: socket.socket,
     layout: tuple[str, list[tuple[str, str]]],
     bpf: bytes,
-    uid: int,
-    gid: int,
+    uids: _Uids,
 ) -> None:
     from corral.sandbox import _syscalls as sc
 
@@ -61,7 +135,30 @@ def _spawn(
         key: int(message["static"][key])
         for key in ("work_bytes", "pids", "file_bytes", "open_files")
     }
-    pid = sc.clone_namespaces(_NAMESPACES)
+    uid = uids.take()
+    if uid is None:
+        for fd in fds:
+            os.close(fd)
+        _send(ctl, {"t": "refused", "id": message["id"], "error": "every sandbox uid is in use"})
+        return
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    # The worker's user namespace is owned by the effective uid that creates it, and the
+    # kernel charges every process in it to that owner's RLIMIT_NPROC count in our namespace:
+    # with the worker's own uid as owner, no tenant's processes count against another's
+    # (or against ours). Until the maps are written we stay that uid, which owns the child's
+    # /proc files; changing between two non-zero uids keeps our capabilities.
+    zygote_uid = os.geteuid()
+    os.setresuid(-1, uid, -1)
+    try:
+        pid = sc.clone_namespaces(_NAMESPACES)
+    except OSError:
+        os.setresuid(-1, zygote_uid, -1)
+        uids.give_back(uid)
+        for fd in fds:
+            os.close(fd)
+        ours.close()
+        theirs.close()
+        raise
     if pid == 0:
 
         def child() -> None:
@@ -70,6 +167,8 @@ def _spawn(
             for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            ours.close()
+            _become_sandbox_user(theirs)
             null = os.open(f"{layout[0]}/dev/null", os.O_RDONLY)
             os.dup2(null, 0)
             os.dup2(fds[1], 1)
@@ -82,31 +181,36 @@ def _spawn(
                     staged=layout[1],
                     disk_bytes=int(message["disk_bytes"]),
                     seccomp_bpf=bpf,
-                    outer_uid=uid,
-                    outer_gid=gid,
                     static=static,
                 )
             else:
-                worker_main(
-                    template=layout[0],
-                    staged=layout[1],
-                    seccomp_bpf=bpf,
-                    outer_uid=uid,
-                    outer_gid=gid,
-                    static=static,
-                )
+                worker_main(template=layout[0], staged=layout[1], seccomp_bpf=bpf, static=static)
 
         run_then_exit("session holder" if session else "worker", child)
+    uids.hold(pid, uid)
+    theirs.close()
     for fd in fds:
         os.close(fd)
+    try:
+        ours.settimeout(_HANDSHAKE_TIMEOUT)
+        if ours.recv(1) != b"r":
+            raise OSError("the new worker died before its ids were mapped")
+        _map_ids(pid, uid)
+    except OSError as exc:
+        os.kill(pid, signal.SIGKILL)  # reaped like any worker; its uid comes back then
+        _send(ctl, {"t": "refused", "id": message["id"], "error": f"id map: {exc}"})
+        return
+    finally:
+        os.setresuid(-1, zygote_uid, -1)
+        ours.close()
     pidfd = os.pidfd_open(pid)
     try:
-        _send(ctl, {"t": "spawned", "id": message["id"], "pid": pid}, [pidfd])
+        _send(ctl, {"t": "spawned", "id": message["id"], "pid": pid, "uid": uid}, [pidfd])
     finally:
         os.close(pidfd)
 
 
-def _reap() -> None:
+def _reap(uids: _Uids) -> None:
     # Workers report their own resource use; the zygote only reaps (the engine kills by pidfd).
     while True:
         try:
@@ -115,37 +219,55 @@ def _reap() -> None:
             return
         if pid == 0:
             return
+        uids.reaped(pid)
 
 
-def _drop_privileges(uid: int, gid: int) -> None:
+def _drop_privileges(uid: int) -> None:
     from corral.sandbox import _syscalls as sc
 
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    # setuid made us non-dumpable, which would make /proc/self/uid_map unwritable for workers.
-    sc.set_dumpable(True)
+    sc.keep_only_capabilities(_KEPT_CAPABILITIES, uid, uid)
+    sc.set_no_new_privs()
+    sc.set_dumpable(False)  # setuid did this already; said again, since it is the point
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="corral-zygote")
-    parser.add_argument("--ctl-fd", type=int, required=True)
-    parser.add_argument("--preload", default="numpy,pandas,matplotlib")
-    parser.add_argument("--uid", type=int, default=65534)
-    parser.add_argument("--gid", type=int, default=65534)
-    parser.add_argument("--data-dir", default=None, help="host folder for session holders")
-    args = parser.parse_args(argv)
-    ctl = socket.socket(fileno=args.ctl_fd)
+def _configure(ctl: socket.socket) -> dict[str, Any]:
+    message, fds = _recv(ctl)
+    for fd in fds:
+        os.close(fd)
+    if message is None or message.get("t") != "config":
+        sys.exit(1)
+    return message
 
+
+def main() -> None:
     from corral.sandbox import _syscalls as sc
 
     sc.set_pdeathsig(signal.SIGKILL)
+    # The control socket arrives as stdin; stdin itself becomes /dev/null.
+    ctl = socket.socket(fileno=os.dup(0))
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    ctl.setblocking(True)
     try:
+        config = _configure(ctl)
+        sc.hide_command_line(b"python3")
+        sys.argv[:] = ["python3"]
+        sys.orig_argv[:] = ["python3"]
         for key in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[key] = "1"
         os.environ["MPLBACKEND"] = "Agg"
-        modules = [m for m in args.preload.split(",") if m]
+        # Whatever a preloaded library writes as root (matplotlib's font cache and config,
+        # anything under ~ or the XDG folders) lands in our private folder, never in a
+        # shared path such as /tmp/matplotlib or the sandbox's HOME on the host.
+        cache = str(config["cache_dir"])
+        private = dict.fromkeys(_PRIVATE_HOME, cache)
+        os.environ.update(private)
+        modules = [str(m) for m in config["preload"] if m]
         versions = _preload(modules)
+        for name in private:  # workers must not learn where the cache lives
+            os.environ.pop(name, None)
+        os.environ.update(SANDBOX_ENV)
         import corral.numeric  # noqa: F401 - importable inside the sandbox at no cost
         from corral.sandbox.inside import _runner
         from corral.sandbox.inside._cell import install_display
@@ -155,12 +277,17 @@ def main(argv: list[str] | None = None) -> None:
         install_display(_runner.DISPLAY)
         bpf = build_policy_bpf()
         sc.unshare(0x00020000)
-        template, staged = build_template(runtime_paths(), data_dir=args.data_dir)
+        data_dir = config.get("data_dir")
+        template, staged = build_template(
+            runtime_paths(), data_dir=str(data_dir) if data_dir else None
+        )
         layout = (enter_base(template), staged)
-        _drop_privileges(args.uid, args.gid)
+        first, count = int(config["uids"][0]), int(config["uids"][1])
+        _drop_privileges(first)
+        uids = _Uids(first + 1, count - 1)  # the first is the zygote's own
     except BaseException as exc:  # noqa: BLE001 - the engine turns this into IsolationError
         _send(ctl, {"t": "failed", "error": f"{type(exc).__name__}: {exc}"})
-        sys.exit(1)
+        os._exit(1)
 
     _runner.warm_up_zygote()
     gc.collect()
@@ -180,11 +307,16 @@ def main(argv: list[str] | None = None) -> None:
                 try:
                     message, fds = _recv(ctl)
                 except ConnectionResetError:
-                    return  # the engine went away: so do we, and our workers with us
+                    message, fds = None, []
                 if message is None:
-                    return
+                    # The engine went away: so do we, at once (our workers die with us), without
+                    # tearing down a heap of preloaded modules nobody will use again.
+                    os._exit(0)
                 if message.get("t") == "spawn":
-                    _spawn(message, fds, ctl, layout, bpf, args.uid, args.gid)
+                    try:
+                        _spawn(message, fds, ctl, layout, bpf, uids)
+                    except (BrokenPipeError, ConnectionResetError):
+                        os._exit(0)  # the engine closed us mid-spawn: nobody wants the worker
                 else:
                     for fd in fds:
                         os.close(fd)
@@ -194,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
                         pass
                 except BlockingIOError:
                     pass
-                _reap()
+                _reap(uids)
 
 
 if __name__ == "__main__":
