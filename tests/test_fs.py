@@ -213,3 +213,60 @@ def test_racing_swaps_never_expose_outside_bytes(root: Path, outside: Path) -> N
         flipper.join()
     assert (outside / "secret.txt").read_bytes() == b"secret"
     assert not (outside / "new.txt").exists()
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("shape", ["wide", "deep"])
+def test_listing_holds_a_fixed_few_descriptors(root: Path, shape: str) -> None:
+    if shape == "wide":
+        for i in range(3000):
+            (root / "v" / str(i)).mkdir(parents=True)
+        (root / "v" / "2999" / "last.txt").write_bytes(b"x")
+        expected = "v/2999/last.txt"
+    else:
+        deep = root.joinpath(*["d"] * 400)  # 800 bytes of path: well within PATH_MAX
+        deep.mkdir(parents=True)
+        (deep / "bottom.txt").write_bytes(b"x")
+        expected = "/".join(["d"] * 400) + "/bottom.txt"
+    before = _open_fds()
+    most = before
+    with _fs._root_fd(root) as rfd:
+        for _ in _fs._Walk(rfd):
+            most = max(most, _open_fds())
+    assert most - before <= 4  # the root, one folder and scandir's copy of it, plus listdir's
+    listing = _fs.list_files(root)
+    assert [f.path for f in listing] == [expected]
+    assert not listing.truncated
+    assert _open_fds() == before
+
+
+def test_a_listing_past_its_cap_is_cut_and_says_so(root: Path) -> None:
+    for i in range(30):
+        (root / f"f{i:02}").write_bytes(b"x")
+    listing = _fs.list_files(root, max_entries=10)
+    assert (len(listing), listing.truncated) == (10, True)
+    whole = _fs.list_files(root, max_entries=30)
+    assert (len(whole), whole.truncated) == (30, False)
+    assert whole == sorted(whole)
+
+
+def test_empty_folders_count_against_the_walk_budget(root: Path) -> None:
+    for i in range(200):
+        (root / f"empty{i:03}").mkdir()
+    (root / "zz").mkdir()
+    (root / "zz" / "file").write_bytes(b"x")
+    cut = _fs.list_files(root, max_entries=5)  # looks at 50 entries at most
+    assert cut.truncated
+    assert list(cut) == []
+    assert [f.path for f in _fs.list_files(root, max_entries=100)] == ["zz/file"]
+
+
+def test_names_that_are_not_utf8_are_listed_escaped(root: Path) -> None:
+    (root / os.fsdecode(b"caf\xe9.txt")).write_bytes(b"x")
+    (root / "ok.txt").write_bytes(b"y")
+    listing = _fs.list_files(root)
+    assert [f.path for f in listing] == ["caf\\xe9.txt", "ok.txt"]
+    assert all(f.path.encode("utf-8") for f in listing)  # JSON-safe text

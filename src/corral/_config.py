@@ -76,6 +76,9 @@ class Config:
     timeout: float = 60.0
     session_idle_timeout: float = 600.0
     session_disk_bytes: int = 256 * _MIB
+    list_max_entries: int = 10_000
+    max_queued_per_key: int = 64
+    shutdown_grace: float = 5.0
     uid_range: tuple[int, int] | None = None
     session_id: str | None = None
     mount_folder: Path = Path("/mnt/data")
@@ -93,7 +96,8 @@ class Config:
             raise ConfigError(f"port must be 0-65535, not {self.port}")
         for name in ("max_sessions_per_key", "max_request_bytes", "upload_max_size",
                      "queue_size", "session_disk_bytes", "download_chunk_size",
-                     "timeout_keep_alive", "timeout", "session_idle_timeout"):  # fmt: skip
+                     "timeout_keep_alive", "timeout", "session_idle_timeout",
+                     "list_max_entries", "max_queued_per_key", "shutdown_grace"):  # fmt: skip
             value = getattr(self, name)
             if not value > 0 or not math.isfinite(value):
                 raise ConfigError(f"{name} must be positive, not {value!r}")
@@ -130,6 +134,7 @@ class Config:
         return {
             "capacity": self.capacity,
             "queue_size": self.queue_size,
+            "max_queued_per_tenant": self.max_queued_per_key,
             "limits": self.limits(),
             "session_idle_timeout": self.session_idle_timeout,
             "session_disk_bytes": self.session_disk_bytes,
@@ -338,6 +343,8 @@ _FIELDS: dict[str, _Field] = {
         "Logging level name."),
     "timeout_keep_alive": _Field("server", ("TIMEOUT_KEEP_ALIVE",), _int, _INT,
         "Seconds an idle HTTP connection is kept open (`TIMEOUT_KEEP_ALIVE`)."),
+    "shutdown_grace": _Field("server", ("CORRAL_SHUTDOWN_GRACE",), _float, _NUM,
+        "Seconds runs in flight may take to finish after SIGTERM before they are cancelled."),
     # [engine]
     "capacity": _Field("engine", ("CORRAL_CAPACITY",), _optional_int, _INT,
         "Concurrent workers; unset (or `auto`) means one per CPU."),
@@ -349,6 +356,10 @@ _FIELDS: dict[str, _Field] = {
         "Seconds after its last use when a session expires (DIAL's `sessionTtl`)."),
     "session_disk_bytes": _Field("engine", ("CORRAL_SESSION_DISK_BYTES",), _int, _INT,
         "Disk quota of one session folder (a gateway session's tmpfs)."),
+    "list_max_entries": _Field("engine", ("CORRAL_LIST_MAX_ENTRIES",), _int, _INT,
+        "Files a session listing returns at most; a cut listing says so."),
+    "max_queued_per_key": _Field("engine", ("CORRAL_MAX_QUEUED_PER_KEY",), _int, _INT,
+        "Runs one API key may have waiting for a worker; more are answered busy."),
     "uid_range": _Field("engine", ("CORRAL_UID_RANGE",), _uid_range, _LIST,
         "Host uids for the sandbox as `[first, count]` (`first:count` in the variable): one "
         "per live worker or session, the first of each half for a zygote; unset is corral's "

@@ -21,6 +21,7 @@ import os
 import platform
 import secrets
 import stat as stat_module
+from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import PurePosixPath
 from types import TracebackType
@@ -29,9 +30,13 @@ from typing import NamedTuple
 from corral.errors import FileTooLarge, InvalidPath
 
 __all__ = [
+    "DEFAULT_MAX_ENTRIES",
+    "NAME_MAX",
+    "PATH_MAX",
     "TEMP_PREFIX",
     "AtomicWriter",
     "FileEntry",
+    "Listing",
     "create_private_file",
     "delete",
     "disk_usage",
@@ -50,6 +55,8 @@ TEMP_PREFIX = ".corral-tmp-"
 """Names of in-progress writes where ``O_TMPFILE`` is unavailable; never listed."""
 
 _READ_CHUNK = 1024 * 1024  # bytes per read() call; bounds one allocation, not the file
+NAME_MAX = 255  # bytes in one path component (Linux)
+PATH_MAX = 4096  # bytes in a whole path, with its terminating NUL (Linux)
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
@@ -118,11 +125,18 @@ def validate_relpath(path: StrPath) -> PurePosixPath:
     ``.`` components and repeated slashes are dropped; nothing else is rewritten.
 
     Raises:
-        InvalidPath: empty, absolute, containing ``..`` or a NUL byte.
+        InvalidPath: empty, absolute, containing ``..`` or a NUL byte, not valid Unicode
+            (a lone surrogate), or a name past ``NAME_MAX`` or a path past ``PATH_MAX`` bytes.
     """
     text = os.fspath(path)
     if "\0" in text:
         raise InvalidPath(f"{text!r}: contains a NUL byte")
+    try:
+        raw = os.fsencode(text)
+    except UnicodeEncodeError:
+        raise InvalidPath(f"{text!r}: not valid Unicode") from None
+    if len(raw) >= PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        raise InvalidPath(f"{text[:64]!r}...: name too long")
     rel = PurePosixPath(text)
     if rel.is_absolute():
         raise InvalidPath(f"{text}: absolute paths are not allowed")
@@ -491,15 +505,52 @@ def delete(root: StrPath, rel: StrPath) -> None:
         os.close(dirfd)
 
 
-def _walk(rfd: int) -> Iterator[tuple[str, os.stat_result]]:
-    """Every entry below the root with its ``lstat``, entering real folders only."""
-    stack: list[tuple[int, str]] = [(os.dup(rfd), "")]
-    try:
-        while stack:
-            dirfd, prefix = stack.pop()
+class Listing(list[FileEntry]):
+    """The files :func:`list_files` found; ``truncated`` when a bound cut the walk short."""
+
+    truncated: bool = False
+
+
+class _Walk:
+    """A breadth-first walk below a root that holds at most two descriptors at any time.
+
+    Pending folders are kept as paths, never as open descriptors, and each is reopened from
+    the root without following links (so a folder swapped for a link meanwhile is skipped):
+    the walk's descriptors stay fixed however wide or deep the tree, and its memory is bounded
+    by ``budget``, the number of entries it may look at before it stops with ``cut`` set.
+    """
+
+    def __init__(self, rfd: int, budget: int | None = None) -> None:
+        self._rfd = rfd
+        self._budget = budget
+        self.cut = False
+
+    def _open(self, rel: str) -> int | None:
+        if not rel:
+            return os.dup(self._rfd)
+        try:
+            return _open_beneath(self._rfd, rel, os.O_RDONLY | os.O_DIRECTORY)
+        except InvalidPath:
+            return None  # a link planted meanwhile, or a path past PATH_MAX
+        except OSError:
+            return None  # removed or replaced meanwhile
+
+    def __iter__(self) -> Iterator[tuple[str, os.stat_result]]:
+        pending: deque[str] = deque([""])
+        seen = 0
+        while pending:
+            folder = pending.popleft()
+            dirfd = self._open(folder)
+            if dirfd is None:
+                continue
+            prefix = folder + "/" if folder else ""
             try:
                 with os.scandir(dirfd) as entries:
                     for entry in entries:
+                        if self._budget is not None and seen >= self._budget:
+                            self.cut = True
+                            return
+                        seen += 1
                         try:
                             info = entry.stat(follow_symlinks=False)
                         except OSError:
@@ -507,35 +558,57 @@ def _walk(rfd: int) -> Iterator[tuple[str, os.stat_result]]:
                         rel = prefix + entry.name
                         yield rel, info
                         if stat_module.S_ISDIR(info.st_mode):
-                            try:
-                                sub = _open_beneath(dirfd, entry.name, os.O_RDONLY | os.O_DIRECTORY)
-                            except (OSError, InvalidPath):
-                                continue  # swapped for a link or removed meanwhile
-                            stack.append((sub, rel + "/"))
+                            pending.append(rel)
+            except OSError:
+                continue  # the folder went away under the scan
             finally:
                 os.close(dirfd)
-    finally:
-        for dirfd, _ in stack:
-            os.close(dirfd)
 
 
-def list_files(root: StrPath) -> list[FileEntry]:
-    """Every regular file below ``root``, sorted by path.
+def _printable(rel: str) -> str:
+    """``rel`` itself, or with bytes that are not UTF-8 escaped (``\\xff``): such a name
+    (planted by sandboxed code) could not travel as JSON text, and must not crash a listing."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(rel).decode("utf-8", "backslashreplace")
+    return rel
+
+
+DEFAULT_MAX_ENTRIES = 10_000
+"""Files a listing returns at most unless told otherwise; a cut listing says so."""
+_SCAN_FACTOR = 10  # entries looked at per entry returned: bounds a walk through empty folders
+
+
+def list_files(root: StrPath, *, max_entries: int | None = DEFAULT_MAX_ENTRIES) -> Listing:
+    """Regular files below ``root``, sorted by path: at most ``max_entries`` of them.
 
     Links are neither followed nor reported, whatever they point to; in-progress writes and
-    FIFOs, sockets and devices are left out.
+    FIFOs, sockets and devices are left out; names that are not UTF-8 are reported with those
+    bytes escaped (``caf\\xe9.txt``), so they can be shown but not opened. The walk holds a
+    fixed few descriptors whatever the tree, and looks at no more than ``_SCAN_FACTOR *
+    max_entries`` entries; when either bound stops it, the listing is ``truncated``.
+    ``max_entries=None`` walks everything (for trees the server wrote itself).
     """
+    budget = None if max_entries is None else max_entries * _SCAN_FACTOR
+    found = Listing()
     with _root_fd(root) as rfd:
-        found = [
-            FileEntry(rel, info.st_size)
-            for rel, info in _walk(rfd)
-            if stat_module.S_ISREG(info.st_mode)
-            and not rel.rpartition("/")[2].startswith(TEMP_PREFIX)
-        ]
-    return sorted(found)
+        walk = _Walk(rfd, budget)
+        for rel, info in walk:
+            if not stat_module.S_ISREG(info.st_mode):
+                continue
+            if rel.rpartition("/")[2].startswith(TEMP_PREFIX):
+                continue
+            if max_entries is not None and len(found) >= max_entries:
+                found.truncated = True
+                break
+            found.append(FileEntry(_printable(rel), info.st_size))
+        found.truncated = found.truncated or walk.cut
+    found.sort()
+    return found
 
 
 def disk_usage(root: StrPath) -> int:
     """Bytes allocated below ``root`` (files, folders and links, none followed)."""
     with _root_fd(root) as rfd:
-        return sum(info.st_blocks * 512 for _, info in _walk(rfd))
+        return sum(info.st_blocks * 512 for _, info in _Walk(rfd))

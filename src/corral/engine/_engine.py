@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -25,6 +25,7 @@ from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outc
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
 from corral.engine._session import Session, SessionManager
 from corral.engine._stream import OutputEvent, OutputListener, iterate
+from corral.engine._supervisor import supervise
 from corral.engine._supply import WorkerSupply, adopt_data_dir, stdlib_only
 from corral.errors import Busy, EngineClosed, WorkerError, ZygoteUnavailable
 from corral.sandbox import (
@@ -41,6 +42,8 @@ __all__ = ["Engine", "EngineStatistics"]
 logger = logging.getLogger("corral.engine")
 
 _MEMORY_POKE = 0.1  # seconds between memory-gate re-checks while jobs wait
+_CANCEL_GRACE = 5.0  # seconds for cancelled runs to kill their workers and answer
+SHUTTING_DOWN = "the server is shutting down"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,8 @@ class EngineStatistics:
     zygote_restarts: int
     runs_by_outcome: dict[str, int]
     scheduler: SchedulerStatistics
+    unavailable: str = ""
+    """Why runs cannot be served now ("" when they can)."""
 
 
 class Engine:
@@ -71,6 +76,7 @@ class Engine:
         *,
         capacity: int | None = None,
         queue_size: int = 256,
+        max_queued_per_tenant: int | None = None,
         pool_size: int | None = None,
         limits: Limits = DEFAULT_LIMITS,
         preload: Sequence[str] = DEFAULT_PRELOAD,
@@ -86,7 +92,12 @@ class Engine:
         self.limits = limits
         self._preload = tuple(preload)
         self._pool_size = pool_size if pool_size is not None else self.capacity
-        self._scheduler = Scheduler(self.capacity, queue_size, min_free_memory=min_free_memory)
+        self._scheduler = Scheduler(
+            self.capacity,
+            queue_size,
+            max_queued_per_tenant=max_queued_per_tenant,
+            min_free_memory=min_free_memory,
+        )
         self.session_idle_timeout = session_idle_timeout
         self.session_disk_bytes = session_disk_bytes
         uids = uid_range if isinstance(uid_range, UidRange) else UidRange(*uid_range)
@@ -99,13 +110,15 @@ class Engine:
         self._lean = (
             WorkerSupply(lean_preload, limits, self._pool_size, lean_uids) if lean else None
         )
-        self._closing_event = anyio.Event()
         self._stack: contextlib.AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
         self._outcomes: Counter[str] = Counter()
         self.runtime = ""
         self._sessions: SessionManager | None = None
+        self._live: dict[Job, anyio.CancelScope] = {}
+        self._idle = anyio.Event()
+        self._draining = False
 
     # lifecycle -------------------------------------------------------------------------
 
@@ -138,8 +151,8 @@ class Engine:
             raise
         self._stack = stack
         self._sessions = SessionManager(self)
-        self._tg.start_soon(self._supervise)
-        self._tg.start_soon(self._sessions.expire_loop)
+        self._tg.start_soon(supervise, "the memory gate", self._poke_memory_gate)
+        self._tg.start_soon(supervise, "session expiry", self._sessions.expire_loop)
 
     def _supplies(self) -> list[WorkerSupply]:
         return [z for z in (self._full, self._lean) if z is not None]
@@ -147,7 +160,7 @@ class Engine:
     async def _start_zygote(self) -> None:
         assert self._tg is not None
         for supply in self._supplies():
-            await supply.start(self._tg)
+            await self._tg.start(supply.run)
         self._scheduler.on_running = self._note_running
         assert self._full.zygote is not None
         hello = self._full.zygote.hello
@@ -160,22 +173,21 @@ class Engine:
         for supply in self._supplies():
             supply.set_running(running)
 
-    async def _supervise(self) -> None:
-        assert self._tg is not None
-        async with anyio.create_task_group() as tg:
-            for supply in self._supplies():
-                tg.start_soon(supply.supervise, self._tg, self._closing_event)
-            while not self._closing:
-                await anyio.sleep(_MEMORY_POKE)
-                self._scheduler.poke()
-            tg.cancel_scope.cancel()
+    async def _poke_memory_gate(self) -> None:
+        while not self._closing:
+            await anyio.sleep(_MEMORY_POKE)
+            self._scheduler.poke()
+
+    @property
+    def unavailable(self) -> str:
+        """Why runs cannot be served now ("" when they can): a zygote is down."""
+        return "; ".join(z.failure for z in self._supplies() if z.failure)
 
     async def aclose(self) -> None:
         """Stop admitting work, stop sessions and workers, stop the zygote; idempotent."""
         if self._stack is None or self._closing:
             return
         self._closing = True
-        self._closing_event.set()
         with anyio.CancelScope(shield=True):
             if self._sessions is not None:
                 await self._sessions.close_all()
@@ -204,9 +216,44 @@ class Engine:
     def running(self) -> bool:
         return self._stack is not None and not self._closing
 
-    def _check_open(self) -> None:
+    def _check_open(self, *, admit: bool = True) -> None:
+        """Raises EngineClosed unless running (and, to ``admit`` new work, not draining)."""
         if not self.running:
             raise EngineClosed("the engine is not running (use `async with Engine()`)")
+        if admit and self._draining:
+            raise EngineClosed(SHUTTING_DOWN)
+
+    @contextlib.contextmanager
+    def tracked(self, job: Job, scope: anyio.CancelScope) -> Iterator[None]:
+        """Keep ``job`` among the runs in flight that ``drain`` waits for (shared with
+        sessions)."""
+        self._live[job] = scope
+        try:
+            yield
+        finally:
+            del self._live[job]
+            if not self._live:
+                self._idle.set()
+
+    async def _wait_idle(self) -> None:
+        while self._live:
+            if self._idle.is_set():  # spent by an earlier lull; concurrent waiters share one
+                self._idle = anyio.Event()
+            await self._idle.wait()
+
+    async def drain(self, grace: float) -> None:
+        """Stop admitting work, let runs in flight finish within ``grace`` seconds, then
+        cancel the rest: they end ``cancelled``, "the server is shutting down". Call it
+        before ``aclose`` for a graceful stop."""
+        self._draining = True
+        with anyio.move_on_after(grace):
+            await self._wait_idle()
+        for job, scope in list(self._live.items()):
+            job.stop_reason = SHUTTING_DOWN
+            job.cancelled_explicitly = True
+            scope.cancel()
+        with anyio.move_on_after(_CANCEL_GRACE):
+            await self._wait_idle()
 
     # runs ------------------------------------------------------------------------------
 
@@ -237,6 +284,7 @@ class Engine:
         limits: Limits | None = None,
         on_event: RunEventSink | None = None,
         cancel: anyio.Event | None = None,
+        tenant: str = "",
         on_output: OutputListener | None = None,
     ) -> ExecutionResult:
         """Run ``code`` once in a fresh worker.
@@ -247,6 +295,8 @@ class Engine:
             limits: bounds for this call; the engine's default when None.
             on_event: receives metadata-only lifecycle events.
             cancel: set it to stop the run; the result then has outcome ``cancelled``.
+            tenant: whose run this is (an API key's owner, an MCP session): waiting runs of
+                several tenants share the workers fairly.
             on_output: receives stdout and stderr chunks and display bundles as they come,
                 within the run's ceilings; the result is the same with or without it.
 
@@ -265,20 +315,25 @@ class Engine:
         deadline = anyio.current_time() + limits.timeout
         result: ExecutionResult | None = None
         try:
-            with anyio.CancelScope(deadline=deadline) as scope:
+            with anyio.CancelScope(deadline=deadline) as scope, self.tracked(job, scope):
                 async with watch_cancel(cancel, scope, job):
                     try:
-                        async with self._scheduler.slot(on_queued=job.queued):
+                        async with self._scheduler.slot(on_queued=job.queued, tenant=tenant):
                             job.admitted()
                             result = await self._one_shot(job, code, inputs, evidence)
                     except Busy as exc:
                         result = self.refuse("busy", str(exc), evidence, started)
+                    except OSError as exc:
+                        # EMFILE, ENFILE, ENOMEM and the like: this run fails, the server goes on.
+                        logger.warning("a run failed in the server: %s", exc)
+                        message = f"the server could not run it: {exc}"
+                        result = self.refuse("worker_error", message, evidence, started)
         except anyio.get_cancelled_exc_class():
             self._outcomes["cancelled"] += 1  # the caller's own scope: it gets no result
             raise
         if result is None:
             outcome: Outcome = "cancelled" if job.cancelled_explicitly else "timeout"
-            message = (
+            message = job.stop_reason or (
                 "the run was cancelled"
                 if outcome == "cancelled"
                 else f"the run exceeded its {limits.timeout:g} s time limit"
@@ -296,6 +351,7 @@ class Engine:
         limits: Limits | None = None,
         on_event: RunEventSink | None = None,
         cancel: anyio.Event | None = None,
+        tenant: str = "",
     ) -> AsyncGenerator[OutputEvent | ExecutionResult, None]:
         """Run ``code`` as ``run`` does; yield its OutputEvents, then its ExecutionResult.
 
@@ -308,7 +364,7 @@ class Engine:
         def start(listener: OutputListener, stop: anyio.Event) -> Awaitable[ExecutionResult]:
             return self.run(
                 code, inputs=inputs, limits=limits, on_event=on_event, cancel=stop,
-                on_output=listener,
+                on_output=listener, tenant=tenant,
             )  # fmt: skip
 
         return iterate(self._background(), start, cancel)
@@ -327,7 +383,8 @@ class Engine:
             supply = self._lean
         pool, zygote = supply.pool, supply.zygote
         if pool is None or zygote is None:
-            raise EngineClosed("the engine has no worker pool")
+            reason = supply.failure or "the zygote is restarting"
+            return job.stopped("worker_error", f"no worker can be started: {reason}", evidence)
         try:
             if job.limits.work_bytes == self.limits.work_bytes:
                 worker = await pool.take()
@@ -342,7 +399,7 @@ class Engine:
                     raise
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             return job.stopped("worker_error", "the zygote restarted; try again", evidence)
-        except WorkerError as exc:
+        except (WorkerError, OSError) as exc:
             return job.stopped("worker_error", f"no worker could be started: {exc}", evidence)
         try:
             return await self.execute_on(worker, job, code, inputs, evidence, session=False)
@@ -410,7 +467,7 @@ class Engine:
 
     def get_session(self, session_id: str) -> Session:
         """Raises: SessionNotFound."""
-        self._check_open()
+        self._check_open(admit=False)
         assert self._sessions is not None
         return self._sessions.get(session_id)
 
@@ -465,4 +522,5 @@ class Engine:
             zygote_restarts=sum(z.restarts for z in self._supplies()),
             runs_by_outcome=dict(self._outcomes),
             scheduler=sched,
+            unavailable=self.unavailable,
         )

@@ -81,8 +81,9 @@ class SessionFiles:
         rel = _fs.validate_relpath(path)
         return await self._run(lambda: _fs.read_bytes(self._root, rel, max_bytes=max_bytes))
 
-    async def list(self) -> list[_fs.FileEntry]:
-        return await self._run(lambda: _fs.list_files(self._root))
+    async def list(self, max_entries: int = _fs.DEFAULT_MAX_ENTRIES) -> _fs.Listing:
+        """At most ``max_entries`` files, sorted; ``truncated`` when there were more."""
+        return await self._run(lambda: _fs.list_files(self._root, max_entries=max_entries))
 
     async def delete(self, path: str) -> None:
         """Raises: InvalidPath; FileNotFoundError."""

@@ -26,6 +26,11 @@ def validate_request(code: str, inputs: Sequence[Input], limits: Limits) -> str:
         return f"code has {len(code)} characters; the limit is {limits.code_chars}"
     if "\x00" in code:
         return "code contains a NUL character"
+    if not code.isascii():
+        try:
+            code.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"code is not valid Unicode: a lone surrogate at character {exc.start}"
     if len(inputs) > limits.max_sources:
         return f"{len(inputs)} inputs; at most {limits.max_sources} may be mounted"
     if len({i.id for i in inputs}) != len(inputs):
@@ -103,6 +108,8 @@ class Job:
         self.cancelled_explicitly = False
         self.worker: Worker | None = None
         self.restarted = False
+        self.stop_reason = ""
+        """Why the run was stopped, when the engine (not the caller) stopped it."""
 
     def _ms(self, since: float | None = None) -> float:
         return (time.perf_counter() - (since or self.started)) * 1000.0

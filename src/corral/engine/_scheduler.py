@@ -1,5 +1,11 @@
-"""One process-wide scheduler: a capacity of running workers, a bounded FIFO queue, and a
-memory-pressure gate.
+"""One process-wide scheduler: a capacity of running workers, a bounded queue shared fairly
+between tenants, and a memory-pressure gate.
+
+When a slot frees and several tenants (API keys, MCP sessions) wait, it goes to the tenant
+with the fewest runs going; among equals, to the one served least recently (round robin),
+then the longest waiting; within a tenant, runs start in arrival order. So one tenant's
+many streams take turns with another's instead of holding every worker, and a per-tenant
+bound on waiting runs keeps one tenant from filling the queue.
 
 A queued job that is cancelled leaves the queue before it is granted, so it never starts
 later; one granted at the moment it was cancelled hands its slot straight on.
@@ -7,7 +13,8 @@ later; one granted at the moment it was cancelled hands its slot straight on.
 
 from __future__ import annotations
 
-from collections import deque
+import itertools
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -41,24 +48,29 @@ class SchedulerStatistics:
     admitted: int
     rejected_busy: int
     memory_waits: int
+    tenants_waiting: int = 0
+    max_queued_per_tenant: int = 0
 
 
 class _Waiter:
-    __slots__ = ("event", "granted")
+    __slots__ = ("event", "granted", "seq", "tenant")
 
-    def __init__(self) -> None:
+    def __init__(self, tenant: str, seq: int) -> None:
         self.event = anyio.Event()
         self.granted = False
+        self.tenant = tenant
+        self.seq = seq
 
 
 class Scheduler:
-    """Grants run slots in arrival order."""
+    """Grants run slots fairly between tenants, in arrival order within each."""
 
     def __init__(
         self,
         capacity: int,
         queue_size: int,
         *,
+        max_queued_per_tenant: int | None = None,
         min_free_memory: int = 0,
         memory_probe: Callable[[], int | None] = memory_available_bytes,
     ) -> None:
@@ -66,12 +78,19 @@ class Scheduler:
             raise ValueError("capacity must be >= 1 and queue_size >= 0")
         self.capacity = capacity
         self.queue_size = queue_size
+        self.max_queued_per_tenant = (
+            queue_size if max_queued_per_tenant is None else max_queued_per_tenant
+        )
         self._min_free = min_free_memory
         self._probe = memory_probe
         self._running = 0
         self.on_running: Callable[[int], None] | None = None
         """Told the number of running jobs whenever it changes (the warm pool listens)."""
-        self._queue: deque[_Waiter] = deque()
+        self._queues: dict[str, deque[_Waiter]] = {}
+        self._queued = 0
+        self._by_tenant: Counter[str] = Counter()
+        self._last_grant: dict[str, int] = {}
+        self._seq = itertools.count()
         self._admitted = 0
         self._busy = 0
         self._memory_waits = 0
@@ -85,19 +104,53 @@ class Scheduler:
         self._memory_waits += 1
         return False
 
+    def _next_tenant(self) -> str:
+        """The waiting tenant with the fewest runs going, then the least recently served,
+        then the longest waiting."""
+
+        def rank(tenant: str) -> tuple[int, int, int]:
+            served = self._last_grant.get(tenant, -1)
+            return self._by_tenant[tenant], served, self._queues[tenant][0].seq
+
+        return min(self._queues, key=rank)
+
     def _grant_waiting(self) -> None:
-        while self._queue and self._running < self.capacity and self._memory_ok():
-            waiter = self._queue.popleft()
+        while self._queued and self._running < self.capacity and self._memory_ok():
+            tenant = self._next_tenant()
+            waiter = self._dequeue(tenant)
             waiter.granted = True
-            self._set_running(self._running + 1)
+            self._take(tenant)
             waiter.event.set()
+
+    def _dequeue(self, tenant: str, waiter: _Waiter | None = None) -> _Waiter:
+        queue = self._queues[tenant]
+        if waiter is None:
+            waiter = queue.popleft()
+        else:
+            queue.remove(waiter)
+        if not queue:
+            del self._queues[tenant]
+            if tenant not in self._by_tenant:
+                self._last_grant.pop(tenant, None)
+        self._queued -= 1
+        return waiter
+
+    def _take(self, tenant: str) -> None:
+        self._last_grant[tenant] = next(self._seq)
+        self._by_tenant[tenant] += 1
+        self._set_running(self._running + 1)
 
     def _set_running(self, running: int) -> None:
         self._running = running
         if self.on_running is not None:
             self.on_running(running)
 
-    def _release(self) -> None:
+    def _release(self, tenant: str) -> None:
+        self._by_tenant[tenant] -= 1
+        if not self._by_tenant[tenant]:
+            del self._by_tenant[tenant]
+            if tenant not in self._queues:
+                del self._last_grant[tenant]  # no claim left: keep memory to active tenants
         self._set_running(self._running - 1)
         self._grant_waiting()
 
@@ -106,20 +159,33 @@ class Scheduler:
         self._grant_waiting()
 
     @asynccontextmanager
-    async def slot(self, on_queued: Callable[[], None] | None = None) -> AsyncIterator[None]:
+    async def slot(
+        self, on_queued: Callable[[], None] | None = None, *, tenant: str = ""
+    ) -> AsyncIterator[None]:
         """Hold one of ``capacity`` slots for the body.
 
+        Args:
+            on_queued: called if the job has to wait.
+            tenant: whose run this is (an API key's owner, an MCP session); "" is one
+                anonymous tenant.
+
         Raises:
-            Busy: the queue already holds ``queue_size`` jobs.
+            Busy: the queue already holds ``queue_size`` jobs, or ``tenant`` already has
+                ``max_queued_per_tenant`` waiting.
         """
-        if not self._queue and self._running < self.capacity and self._memory_ok():
-            self._set_running(self._running + 1)
+        if not self._queued and self._running < self.capacity and self._memory_ok():
+            self._take(tenant)
         else:
-            if len(self._queue) >= self.queue_size:
+            if self._queued >= self.queue_size:
                 self._busy += 1
                 raise Busy(f"run queue full ({self.queue_size} waiting)")
-            waiter = _Waiter()
-            self._queue.append(waiter)
+            mine = self._queues.get(tenant)
+            if mine is not None and len(mine) >= self.max_queued_per_tenant:
+                self._busy += 1
+                raise Busy(f"too many runs waiting for this caller ({len(mine)})")
+            waiter = _Waiter(tenant, next(self._seq))
+            self._queues.setdefault(tenant, deque()).append(waiter)
+            self._queued += 1
             if on_queued is not None:
                 on_queued()
             try:
@@ -128,27 +194,29 @@ class Scheduler:
                 await anyio.lowlevel.checkpoint_if_cancelled()
             except BaseException:
                 if waiter.granted:
-                    self._release()
+                    self._release(tenant)
                 else:
-                    self._queue.remove(waiter)
+                    self._dequeue(tenant, waiter)
                 raise
         self._admitted += 1
         try:
             yield
         finally:
-            self._release()
+            self._release(tenant)
 
     @property
     def waiting(self) -> int:
-        return len(self._queue)
+        return self._queued
 
     def statistics(self) -> SchedulerStatistics:
         return SchedulerStatistics(
             self.capacity,
             self._running,
-            len(self._queue),
+            self._queued,
             self.queue_size,
             self._admitted,
             self._busy,
             self._memory_waits,
+            len(self._queues),
+            self.max_queued_per_tenant,
         )

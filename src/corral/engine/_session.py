@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from corral._fs import FileEntry
+from corral._fs import DEFAULT_MAX_ENTRIES, Listing
 from corral._limits import Limits
 from corral.engine._files import SessionFiles
 from corral.engine._inputs import RunEventSink
@@ -74,10 +74,12 @@ class Session:
         on_event: RunEventSink | None = None,
         cancel: anyio.Event | None = None,
         on_output: OutputListener | None = None,
+        tenant: str = "",
     ) -> ExecutionResult:
         """Run ``code`` in this session's interpreter; state persists between runs.
 
-        ``on_output`` receives output while the code runs, as for ``Engine.run``.
+        ``on_output`` receives output while the code runs, as for ``Engine.run``; ``tenant``
+        names whose run this is, for fair scheduling (see ``Engine.run``).
 
         Raises:
             SessionClosed: the session was closed or expired.
@@ -96,16 +98,21 @@ class Session:
         job = Job(started, limits, on_event, on_output)
         result: ExecutionResult | None = None
         deadline = anyio.current_time() + limits.timeout
-        with anyio.CancelScope(deadline=deadline) as scope:
+        with anyio.CancelScope(deadline=deadline) as scope, self._engine.tracked(job, scope):
             async with watch_cancel(cancel, scope, job, self._closing):
                 try:
                     async with self._lock:
                         self._check_open()
-                        async with self._engine.scheduler.slot(on_queued=job.queued):
+                        slot = self._engine.scheduler.slot(on_queued=job.queued, tenant=tenant)
+                        async with slot:
                             job.admitted()
                             result = await self._execute(job, code, evidence)
                 except Busy as exc:
                     result = self._engine.refuse("busy", str(exc), evidence, started)
+                except OSError as exc:
+                    # EMFILE, ENFILE, ENOMEM and the like: this run fails, the server goes on.
+                    message = f"the server could not run it: {exc}"
+                    result = self._engine.refuse("worker_error", message, evidence, started)
         if result is None:
             result = await self._stopped(job, evidence)
         self._engine.count_outcome(result.outcome)
@@ -120,6 +127,7 @@ class Session:
         limits: Limits | None = None,
         on_event: RunEventSink | None = None,
         cancel: anyio.Event | None = None,
+        tenant: str = "",
     ) -> AsyncGenerator[OutputEvent | ExecutionResult, None]:
         """Run ``code`` as ``run`` does; yield its OutputEvents, then its ExecutionResult.
 
@@ -132,7 +140,10 @@ class Session:
         self._check_open()
 
         def start(listener: OutputListener, stop: anyio.Event) -> Awaitable[ExecutionResult]:
-            return self.run(code, limits=limits, on_event=on_event, cancel=stop, on_output=listener)
+            return self.run(
+                code, limits=limits, on_event=on_event, cancel=stop, on_output=listener,
+                tenant=tenant,
+            )  # fmt: skip
 
         return iterate(self._engine._background(), start, cancel)
 
@@ -158,7 +169,7 @@ class Session:
 
     async def _stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
         outcome: Outcome = "cancelled" if job.cancelled_explicitly else "timeout"
-        what = (
+        what = job.stop_reason or (
             "the run was cancelled"
             if outcome == "cancelled"
             else f"the run exceeded its {job.limits.timeout:g} s time limit"
@@ -189,10 +200,12 @@ class Session:
         self.touch()
         return await self.files.get(path, max_bytes)
 
-    async def list_files(self) -> list[FileEntry]:
+    async def list_files(self, *, max_entries: int = DEFAULT_MAX_ENTRIES) -> Listing:
+        """The session's regular files, sorted: at most ``max_entries``; ``truncated`` says
+        whether there were more (or the walk met its bound first)."""
         self._check_open()
         self.touch()
-        return await self.files.list()
+        return await self.files.list(max_entries)
 
     async def delete_file(self, path: str) -> None:
         self._check_open()

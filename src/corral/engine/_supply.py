@@ -20,6 +20,7 @@ import anyio.abc
 
 from corral._limits import Limits
 from corral._uids import UidRange
+from corral.engine._supervisor import Backoff
 from corral.errors import ConfigError, IsolationError, WorkerError
 from corral.sandbox import WarmPool, Zygote, doctor
 
@@ -27,7 +28,6 @@ __all__ = ["WorkerSupply", "stdlib_only"]
 
 logger = logging.getLogger("corral.engine")
 
-_RESTART_BACKOFF = 0.5  # seconds between zygote restarts, so a broken host cannot spin
 _STDLIB = frozenset(sys.stdlib_module_names)
 
 
@@ -105,7 +105,12 @@ def adopt_data_dir(path: str, uid: int, sandbox: UidRange) -> None:
 
 
 class WorkerSupply:
-    """One zygote process, restarted when it dies, and its pool of ready workers."""
+    """One zygote process, restarted whenever it dies or fails, and its pool of ready workers.
+
+    While it is down (dead, restarting, or failing to come back), ``zygote`` and ``pool`` are
+    None and ``failure`` says why; runs then end ``worker_error`` with that reason and the
+    restarts continue with backoff. Nothing here ever cancels the engine.
+    """
 
     def __init__(
         self,
@@ -123,9 +128,12 @@ class WorkerSupply:
         self.zygote: Zygote | None = None
         self.pool: WarmPool | None = None
         self.restarts = 0
+        self.failure = ""
+        """Why the zygote is down ("" while it is up)."""
         self._running = 0
+        self._closed = anyio.Event()
 
-    async def start(self, task_group: anyio.abc.TaskGroup) -> None:
+    async def _start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Raises: IsolationError (with doctor's reasons), ZygoteUnavailable, ConfigError (an
         unusable session data folder)."""
         limits = self._limits
@@ -152,10 +160,15 @@ class WorkerSupply:
             await zygote.start(task_group)
             await _probe(zygote)
         except IsolationError as exc:
+            await zygote.aclose()
             problems = "; ".join((await anyio.to_thread.run_sync(doctor)).problems)
             if not problems:
                 raise
             raise IsolationError(f"{exc}. corral doctor: {problems}") from exc
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await zygote.aclose()
+            raise
         pool = WarmPool(zygote, self._pool_size)
         pool.set_running(self._running)
         await pool.run(task_group)
@@ -166,29 +179,69 @@ class WorkerSupply:
         if self.pool is not None:
             self.pool.set_running(running)
 
-    async def supervise(self, task_group: anyio.abc.TaskGroup, closing: anyio.Event) -> None:
-        """Replace the zygote whenever it dies, until ``closing`` is set."""
-        while not closing.is_set():
-            zygote = self.zygote
-            assert zygote is not None
-            await zygote.dead.wait()
-            if closing.is_set():
-                return
-            logger.error("zygote %s died; restarting it", zygote.pid)
-            if self.pool is not None:
-                self.pool.close()
-            await zygote.aclose()
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Keep the zygote up until cancelled; ``task_status`` is told once the first one is.
+
+        Each incarnation's read loop and refillers share a task group of their own, so a
+        failure in any of them ends that incarnation only, and the next one starts after a
+        backoff.
+
+        Raises:
+            IsolationError, ZygoteUnavailable: the first start failed (the engine refuses to
+            start); later failures are logged, reported by ``failure`` and retried.
+        """
+        backoff = Backoff()
+        started = False
+        while not self._closed.is_set():
+            try:
+                async with anyio.create_task_group() as tg:
+                    await self._start(tg)
+                    assert self.zygote is not None
+                    if started:
+                        logger.warning("zygote %s is back", self.zygote.pid)
+                    else:
+                        started = True
+                        task_status.started()
+                    self.failure = ""
+                    backoff.reset()
+                    await self.zygote.dead.wait()
+                    if self._closed.is_set():
+                        return
+                    self.failure = f"the zygote (pid {self.zygote.pid}) died; it is restarting"
+                    logger.error("zygote %s died; restarting it", self.zygote.pid)
+                    tg.cancel_scope.cancel()
+            except Exception as exc:
+                cause = _sole(exc)
+                if not started:
+                    raise cause from cause.__cause__  # the original, not the wrapper
+                self.failure = f"the zygote cannot be restarted: {cause}"
+                logger.error(
+                    "zygote restart failed; retrying in %.1f s", backoff.delay, exc_info=cause
+                )
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._teardown()
             self.restarts += 1
-            while not closing.is_set():
-                try:
-                    await self.start(task_group)
-                    break
-                except WorkerError:
-                    logger.exception("zygote restart failed")
-                    await anyio.sleep(_RESTART_BACKOFF)
+            await backoff.wait()
 
     async def aclose(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
-        if self.zygote is not None:
-            await self.zygote.aclose()
+        """Stop the zygote for good (the engine is closing)."""
+        self._closed.set()
+        await self._teardown()
+
+    async def _teardown(self) -> None:
+        pool, zygote = self.pool, self.zygote
+        self.pool = self.zygote = None
+        if pool is not None:
+            pool.close()
+        if zygote is not None:
+            await zygote.aclose()
+
+
+def _sole(exc: Exception) -> Exception:
+    """The one failure inside (nested) task-group wrappers, or ``exc`` itself."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

@@ -23,6 +23,7 @@ from corral.http._errors import BUSY_TEXT, MappedRoute, fail
 from corral.http._multipart import MultipartReader, content_type_of
 from corral.http._paths import Resolved, bad_path, resolve
 from corral.http._responses import json_response
+from corral.http._sessions import listing_headers
 from corral.http._state import EngineAPI, SessionAPI, State, state_of
 from corral.http._transfers import stream_upload
 
@@ -124,8 +125,9 @@ async def download_file(body: PathRequest, request: Request) -> Response:
 async def list_files(body: ListRequest, request: Request) -> Response:
     state = state_of(request)
     _check_session_header(state, request)
-    files = await (await _session(state)).list_files()
-    return json_response({"files": [{"path": f.path, "size": f.size} for f in files]})
+    files = await (await _session(state)).list_files(max_entries=state.config.list_max_entries)
+    listing = {"files": [{"path": f.path, "size": f.size} for f in files]}
+    return json_response(listing, headers=listing_headers(files))
 
 
 def _invalid_file(kind: str, value: Any, message: str, **extra: Any) -> RequestValidationError:

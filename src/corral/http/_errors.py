@@ -10,11 +10,14 @@ dict); container mode always answers ``{"detail": ...}``.
 
 from __future__ import annotations
 
+import errno
+import json
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn
 
 from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
@@ -30,6 +33,7 @@ from corral.errors import (
     SessionClosed,
     SessionDiskFull,
     SessionNotFound,
+    ZygoteUnavailable,
 )
 
 __all__ = [
@@ -49,6 +53,7 @@ RETRY_AFTER = "1"  # seconds; a busy engine frees a worker within one typical ru
 BUSY_TEXT = "Code interpreter is busy, retry later"
 UNAVAILABLE_TEXT = "Code interpreter is not available"
 PLAIN = "text/plain; charset=utf-8"
+_SHORT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 STATUS_BY_ERROR: dict[type[BaseException], int] = {
     SessionNotFound: 404,
@@ -58,6 +63,7 @@ STATUS_BY_ERROR: dict[type[BaseException], int] = {
     SessionDiskFull: 413,
     Busy: 503,
     EngineClosed: 503,
+    ZygoteUnavailable: 503,  # no zygote to open a session from: the service, not the request
     CorralError: 500,
 }
 """Status of every corral error reaching a front end; the most specific class wins."""
@@ -70,6 +76,7 @@ _TEXT_BY_ERROR: dict[type[BaseException], str] = {
     SessionDiskFull: "Session disk quota exceeded",
     Busy: BUSY_TEXT,
     EngineClosed: UNAVAILABLE_TEXT,
+    ZygoteUnavailable: UNAVAILABLE_TEXT,
     CorralError: "Internal error",
 }
 
@@ -97,8 +104,14 @@ def _as_http(exc: Exception) -> HTTPException:
         status = status_for(exc)
         if status >= 500 and not isinstance(exc, Busy | EngineClosed):
             logger.error("request failed: %r", exc, exc_info=exc)
-        retry = {"Retry-After": RETRY_AFTER} if isinstance(exc, Busy) else None
+        retry = {"Retry-After": RETRY_AFTER} if isinstance(exc, Busy | ZygoteUnavailable) else None
         return HTTPException(status, _lookup(_TEXT_BY_ERROR, exc), headers=retry)
+    if isinstance(exc, UnicodeError):
+        # A lone surrogate from a client's JSON ("\\ud800") that reached an encoder.
+        return HTTPException(400, "Invalid Unicode in the request (a lone surrogate)")
+    if isinstance(exc, OSError) and exc.errno in _SHORT_OF_RESOURCES:
+        logger.warning("a request failed for lack of resources: %s", exc)
+        return HTTPException(503, UNAVAILABLE_TEXT, headers={"Retry-After": RETRY_AFTER})
     if isinstance(exc, ClientDisconnect):
         # The client is gone (or the body limit cut it off); nobody reads this answer.
         return HTTPException(400, "Client disconnected")
@@ -137,3 +150,18 @@ def install_error_handlers(app: FastAPI, *, plain_text: bool) -> None:
         return JSONResponse({"detail": detail}, exc.status_code, headers=headers)
 
     app.add_exception_handler(StarletteHTTPException, render)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+
+
+async def _invalid_request(request: Request, exc: Exception) -> Response:
+    """FastAPI's 422, safe for any body: its own handler fails (500) when the echoed input
+    holds bytes that are not UTF-8 or a lone surrogate."""
+    assert isinstance(exc, RequestValidationError)
+    errors = jsonable_encoder(
+        exc.errors(), custom_encoder={bytes: lambda raw: raw.decode("utf-8", "replace")}
+    )
+    try:
+        return JSONResponse({"detail": errors}, 422)
+    except UnicodeEncodeError:
+        body = json.dumps({"detail": errors}, ensure_ascii=True, separators=(",", ":"))
+        return Response(body, 422, media_type="application/json")

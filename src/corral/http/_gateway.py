@@ -24,7 +24,7 @@ from corral.http._models import (
 )
 from corral.http._multipart import MultipartReader
 from corral.http._responses import json_response
-from corral.http._sessions import not_found
+from corral.http._sessions import listing_headers, not_found
 from corral.http._state import SessionAPI, State, caller_of, require_caller, state_of
 from corral.http._transfers import (
     check_file_path,
@@ -90,10 +90,11 @@ async def list_files(request: Request) -> Response:
     session_id = _session_id(await parse_body(request, SessionBody))
     session = state.registry.lookup(caller.owner, session_id)
     try:
-        files = await session.list_files()
+        files = await session.list_files(max_entries=state.config.list_max_entries)
     except (SessionNotFound, SessionClosed):
         not_found(session_id)
-    return json_response({"files": [{"path": f.path, "size": f.size} for f in files]})
+    body = {"files": [{"path": f.path, "size": f.size} for f in files]}
+    return json_response(body, headers=listing_headers(files))
 
 
 @router.post("/download_file")
@@ -175,10 +176,10 @@ async def execute_code(request: Request) -> Response:
         fail(400, "Missing code")
     if body.sessionId is None and not body.inputFiles and not body.outputFiles:
         # No files to move: a one-shot worker is a temporary session that costs less.
-        result = await state.engine.run(body.code)
+        result = await state.engine.run(body.code, tenant=caller.owner)
         return _answer(state, result)
     if body.sessionId is None:
-        async with state.registry.temporary() as session:
+        async with state.registry.temporary(caller.owner) as session:
             return await _execute(state, caller, session, body)
     session = state.registry.lookup(caller.owner, body.sessionId)
     cancel = state.registry.cancel_event(caller.owner, body.sessionId)
@@ -204,7 +205,7 @@ async def _execute(
     for item in body.inputFiles or ():
         target_path, stored = await prepare_input(state, caller, item)
         await transfer_input(state, session, target_path, stored)
-    result = await session.run(body.code, cancel=cancel)
+    result = await session.run(body.code, cancel=cancel, tenant=caller.owner)
     if result.outcome != "busy":
         for output in body.outputFiles or ():
             source_path, target = check_output(caller, output)

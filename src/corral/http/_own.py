@@ -40,7 +40,7 @@ async def execute(body: ExecuteRequest, request: Request) -> Response:
         session = state.registry.lookup(caller.owner, body.sessionId)
         cancel = state.registry.cancel_event(caller.owner, body.sessionId)
         try:
-            result = await session.run(body.code, cancel=cancel)
+            result = await session.run(body.code, cancel=cancel, tenant=caller.owner)
         except Exception:
             if state.registry.is_closed(caller.owner, session, body.sessionId):
                 not_found(body.sessionId)
@@ -51,7 +51,7 @@ async def execute(body: ExecuteRequest, request: Request) -> Response:
         limits = state.config.limits()
         if body.timeout is not None:
             limits = limits.replace(timeout=min(body.timeout, limits.timeout))
-        result = await state.engine.run(body.code, limits=limits)
+        result = await state.engine.run(body.code, limits=limits, tenant=caller.owner)
     state.metrics.observe("execute", result.outcome, result.elapsed_ms)
     if result.outcome == "busy":
         return json_response(result.as_dict(), 503, headers={"Retry-After": RETRY_AFTER})
@@ -60,7 +60,7 @@ async def execute(body: ExecuteRequest, request: Request) -> Response:
 
 @router.get("/health")
 async def health(request: Request) -> Response:
-    """Healthy while the engine runs, with its load."""
+    """Healthy while the engine runs, with its load; 503 and the reason while it cannot run."""
     stats = state_of(request).engine.statistics()
     load = {
         "capacity": stats.capacity,
@@ -69,6 +69,11 @@ async def health(request: Request) -> Response:
         "sessions": stats.sessions,
         "pool_ready": stats.pool_ready,
     }
+    unavailable = getattr(stats, "unavailable", "")
+    if unavailable:
+        # Up, but unable to run code until the zygote is back: the balancer should look away.
+        body = {"status": "UNHEALTHY", "reason": unavailable, **load}
+        return json_response(body, 503, headers={"Retry-After": RETRY_AFTER})
     return json_response({"status": "HEALTHY", **load})
 
 

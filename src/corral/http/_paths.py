@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import NoReturn
 
+from corral._fs import NAME_MAX, PATH_MAX
 from corral.http._errors import fail
 
 __all__ = ["VIRTUAL_ROOT", "Resolved", "bad_path", "resolve"]
@@ -48,7 +49,8 @@ def resolve(path: str, root: str = VIRTUAL_ROOT) -> Resolved:
     """Resolve ``path`` against ``root`` (which must be absolute and normalised).
 
     Raises:
-        HTTPException: 400 ``Bad path``: outside the root, or a NUL byte.
+        HTTPException: 400 ``Bad path``: outside the root, or a NUL byte; 400 ``Name too
+            long``: a name past 255 bytes or a path past PATH_MAX.
     """
     joined = path if path.startswith("/") else f"{root}/{path}"
     absolute = posixpath.normpath(joined)
@@ -56,6 +58,10 @@ def resolve(path: str, root: str = VIRTUAL_ROOT) -> Resolved:
         absolute = "/" + absolute.lstrip("/")  # POSIX keeps "//"; no Linux path means that
     if "\0" in absolute:
         bad_path(absolute)
+    raw = absolute.encode("utf-8", "surrogatepass")
+    if len(raw) >= PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        # A client's mistake, said as such (the file system would answer ENAMETOOLONG).
+        fail(400, {"detail": f"Name too long: {absolute[:64]}..."})
     inside = absolute == root or absolute.startswith(root.rstrip("/") + "/")
     if not inside:
         bad_path(absolute)

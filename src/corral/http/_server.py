@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
+import signal
 import socket
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -16,6 +21,9 @@ from corral.http._app import create_app
 __all__ = ["engine_options", "serve", "serve_async"]
 
 _CONTAINER_SESSION_LIFETIME = 10 * 365 * 24 * 3600.0  # seconds; DIAL's container never expires
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_EXIT_POLL = 0.1  # seconds; uvicorn itself looks at should_exit this often
+_ANSWER_GRACE = 7.0  # seconds after the grace for cancelled runs to answer (engine: 5 s)
 
 
 def engine_options(config: Config) -> dict[str, Any]:
@@ -30,6 +38,27 @@ def engine_options(config: Config) -> dict[str, Any]:
     return options
 
 
+class _Server(uvicorn.Server):
+    """uvicorn whose SIGINT/SIGTERM start a graceful stop and nothing more.
+
+    uvicorn re-raises a caught signal once it has served, which would end the process before
+    the engine has stopped its zygotes and workers; here the signal only asks to stop, and
+    ``serve_async`` returns normally once everything is down.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        originals = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in originals.items():
+                signal.signal(sig, handler)
+
+
 async def serve_async(
     config: Config,
     *,
@@ -37,6 +66,10 @@ async def serve_async(
     stop: anyio.Event | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop``); the engine starts first and closes last.
+
+    A stop is graceful: no new connection or run is admitted, runs in flight get
+    ``shutdown_grace`` seconds to finish, then are cancelled ("the server is shutting down")
+    and answered; then the engine stops its workers and zygotes.
 
     Args:
         config: what to serve; ``bind_host``/``bind_port`` unless ``sockets`` are given.
@@ -51,13 +84,16 @@ async def serve_async(
     config.data_dir.mkdir(parents=True, exist_ok=True)
     async with Engine(**engine_options(config)) as engine:
         app = create_app(engine, config)
-        server = uvicorn.Server(
+        server = _Server(
             uvicorn.Config(
                 app,
                 host=config.bind_host,
                 port=config.bind_port,
                 log_level=config.log_level.lower(),
                 timeout_keep_alive=config.timeout_keep_alive,
+                # The engine answers every run within the grace and the cancel bound; past
+                # that, uvicorn may drop what is left.
+                timeout_graceful_shutdown=math.ceil(config.shutdown_grace + _ANSWER_GRACE),
                 lifespan="off",
                 server_header=False,
             )
@@ -65,13 +101,22 @@ async def serve_async(
         async with anyio.create_task_group() as tg:
             if stop is not None:
                 tg.start_soon(_stop_on, stop, server)
+            tg.start_soon(_drain_on_exit, server, engine, config.shutdown_grace)
             await server.serve(sockets=sockets)
+            with anyio.CancelScope(shield=True):
+                await engine.drain(0)  # nothing is left to answer: stop the stragglers now
             tg.cancel_scope.cancel()
 
 
 async def _stop_on(stop: anyio.Event, server: uvicorn.Server) -> None:
     await stop.wait()
     server.should_exit = True
+
+
+async def _drain_on_exit(server: uvicorn.Server, engine: Engine, grace: float) -> None:
+    while not server.should_exit:  # noqa: ASYNC110 - set by a signal handler, not an event
+        await anyio.sleep(_EXIT_POLL)  # set from a signal handler: nothing to wait on
+    await engine.drain(grace)
 
 
 def serve(config: Config) -> None:

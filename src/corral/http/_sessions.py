@@ -22,20 +22,32 @@ from corral.errors import SessionClosed, SessionNotFound
 from corral.http._errors import fail
 from corral.http._state import EngineAPI, SessionAPI
 
-__all__ = ["Registry", "not_found", "valid_session_id"]
+__all__ = ["TRUNCATED_HEADER", "Registry", "listing_headers", "not_found", "valid_session_id"]
 
 _MAX_ID_BYTES = 800  # DIAL bounds the session's whole storage path to 900 bytes
+
+TRUNCATED_HEADER = "Corral-Listing-Truncated"
+"""Set to ``true`` on a file listing cut at ``list_max_entries``: DIAL's body has no room."""
+
+
+def listing_headers(files: object) -> dict[str, str] | None:
+    """The headers of a listing response: says so when the listing was cut."""
+    return {TRUNCATED_HEADER: "true"} if getattr(files, "truncated", False) else None
 
 
 def valid_session_id(value: str) -> bool:
     """DIAL's session id rule (dial-api.md §5.5), plus no ``.``/``..`` segments."""
-    if not value or value.endswith("/") or len(value.encode()) > _MAX_ID_BYTES:
+    if (
+        not value
+        or value.endswith("/")
+        or len(value.encode("utf-8", "surrogatepass")) > _MAX_ID_BYTES
+    ):
         return False
     for segment in value.split("/"):
         decoded = unquote(segment)
         if not decoded or decoded in (".", ".."):
             return False
-        if any(c in "/{}" or ord(c) <= 0x1F for c in decoded):
+        if any(c in "/{}" or ord(c) <= 0x1F or 0xD800 <= ord(c) <= 0xDFFF for c in decoded):
             return False
     return True
 
@@ -90,12 +102,7 @@ class Registry:
         entries = self._prune(owner)
         if sid in entries:
             fail(400, f"Session already exists: {sid}")
-        if len(entries) >= self._max:
-            fail(
-                429,
-                f"Too many open sessions for this API key (limit {self._max}); "
-                "close a session or wait for idle sessions to expire",
-            )
+        self._check_room(entries)
         entry = entries[sid] = _Entry()
         try:
             session = await self._engine.open_session()
@@ -107,6 +114,15 @@ class Registry:
             with anyio.CancelScope(shield=True):
                 await session.close()
         return sid
+
+    def _check_room(self, entries: dict[str, _Entry]) -> None:
+        if len(entries) >= self._max:
+            fail(
+                429,
+                f"Too many open sessions for this API key (limit {self._max}); close a "
+                "session, wait for a run with inputFiles or outputFiles to finish (its "
+                "temporary session counts too) or for idle sessions to expire",
+            )
 
     def lookup(self, owner: str, session_id: str) -> SessionAPI:
         """The caller's session.
@@ -146,11 +162,26 @@ class Registry:
             await session.close()
 
     @contextlib.asynccontextmanager
-    async def temporary(self) -> AsyncIterator[SessionAPI]:
-        """A session nobody else can name, closed on every way out (dial-api.md §5.8)."""
-        session = await self._engine.open_session()
+    async def temporary(self, owner: str) -> AsyncIterator[SessionAPI]:
+        """A session nobody else can name, closed on every way out (dial-api.md §5.8).
+
+        It counts against ``owner``'s sessions while it lives.
+
+        Raises:
+            HTTPException: 429 too many sessions.
+        """
+        entries = self._prune(owner)
+        self._check_room(entries)
+        # A control character: no caller's sessionId can name this entry.
+        name = f"\x00temporary-{uuid.uuid4().hex}"
+        entries[name] = _Entry()
         try:
-            yield session
+            session = await self._engine.open_session()
+            entries[name].session = session
+            try:
+                yield session
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await session.close()
         finally:
-            with anyio.CancelScope(shield=True):
-                await session.close()
+            entries.pop(name, None)

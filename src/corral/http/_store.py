@@ -77,7 +77,7 @@ class FileStore:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(_SCHEMA)
             referenced = {row[0] for row in db.execute("SELECT blob FROM files")}
-        for entry in _fs.list_files(self._blobs):
+        for entry in _fs.list_files(self._blobs, max_entries=None):  # our own tree: all of it
             if entry.path not in referenced:
                 _fs.delete(self._blobs, entry.path)
 

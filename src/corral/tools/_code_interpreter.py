@@ -184,6 +184,7 @@ class _Handler:
             limits=limits,
             on_event=reporter.on_run_event,
             cancel=invocation.cancelled,
+            tenant=invocation.id,  # one agent run (an MCP session): scheduled fairly
         )
 
 

@@ -316,7 +316,11 @@ class _Handler:
                 if problem is not None:
                     return self._refuse("unavailable_source", problem, code, limits)
                 return await session.run(
-                    code, limits=limits, on_event=reporter.on_run_event, cancel=invocation.cancelled
+                    code,
+                    limits=limits,
+                    on_event=reporter.on_run_event,
+                    cancel=invocation.cancelled,
+                    tenant=invocation.id,
                 )
             except SessionClosed:
                 # Expired between the check and the run; a second failure is not a race.

@@ -49,6 +49,7 @@ class WarmPool:
         self._changed = anyio.Event()
         self._spawned = 0
         self._failed = 0
+        self._last_error = ""
 
     async def run(self, task_group: anyio.abc.TaskGroup) -> None:
         for _ in range(self.size):
@@ -92,6 +93,7 @@ class WarmPool:
                 worker.close()
                 self._slots.release()
                 return
+            self._wake()
 
     async def _prepare(self) -> Worker | None:
         try:
@@ -102,19 +104,34 @@ class WarmPool:
             except BaseException:
                 worker.close()
                 raise
-        except WorkerError:
+        except (WorkerError, OSError) as exc:  # OSError: EMFILE and the like; retried
             self._failed += 1
+            self._last_error = str(exc)
+            self._wake()
             if not self._zygote.dead.is_set():
                 logger.exception("could not prepare a worker")
             return None
         return worker
 
     async def take(self) -> Worker:
-        """A ready worker; waits (within the caller's deadline) if none is ready."""
-        worker = await self._receive.receive()
-        self._slots.release()
-        self._wake()
-        return worker
+        """A ready worker; waits (within the caller's deadline) if none is ready.
+
+        Raises:
+            WorkerError: a worker failed to be prepared while this call waited: the run fails
+                now, with the reason, instead of waiting out its deadline.
+        """
+        failures = self._failed
+        while True:
+            try:
+                worker = self._receive.receive_nowait()
+            except anyio.WouldBlock:
+                if self._failed != failures:
+                    raise WorkerError(f"no worker could be prepared: {self._last_error}") from None
+                await self._changed.wait()
+                continue
+            self._slots.release()
+            self._wake()
+            return worker
 
     def close(self) -> None:
         self._send.close()

@@ -148,9 +148,12 @@ class Zygote:
                 if message is None:
                     return
                 kind = message.get("t")
-                if kind == "spawned" and message.get("id") in self._pending and fds:
+                if kind == "spawned" and message.get("id") in self._pending:
                     event, box = self._pending[message["id"]]
-                    box.extend([message["pid"], fds[0], message["uid"]])
+                    if fds:
+                        box.extend([message["pid"], fds[0], message["uid"]])
+                    else:  # out of descriptors (EMFILE truncates them): this spawn fails
+                        box.append("no descriptor arrived (the server is out of them)")
                     event.set()
                 elif kind == "refused" and message.get("id") in self._pending:
                     event, box = self._pending[message["id"]]
