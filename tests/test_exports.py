@@ -9,7 +9,7 @@ import pytest
 
 import corral
 
-PACKAGES = ["corral.engine", "corral.sandbox", "corral.http", "corral.cli"]
+PACKAGES = ["corral.engine", "corral.sandbox", "corral.e2b", "corral.http", "corral.cli"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

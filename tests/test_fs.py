@@ -215,6 +215,53 @@ def test_racing_swaps_never_expose_outside_bytes(root: Path, outside: Path) -> N
     assert not (outside / "new.txt").exists()
 
 
+# Folder operations (the E2B filesystem service).
+
+
+def test_folder_operations_round_trip(root: Path, resolver: str) -> None:
+    assert _fs.make_dir(root, "a/b") is True
+    assert _fs.make_dir(root, "a/b") is False
+    _fs.write_atomic(root, "a/b/f.txt", b"x")
+    found = dict(_fs.list_dir(root, "a", depth=2, max_entries=100))
+    assert sorted(found) == ["a/b", "a/b/f.txt"]
+    assert sorted(p for p, _ in _fs.list_dir(root, ".", depth=1, max_entries=100)) == ["a"]
+    assert len(_fs.list_dir(root, ".", depth=5, max_entries=2)) == 2
+    _fs.move(root, "a/b/f.txt", "c/g.txt")
+    assert (root / "c" / "g.txt").read_bytes() == b"x"
+    assert _fs.lstat(root, "c/g.txt").st_size == 1
+    _fs.remove_tree(root, "a")
+    assert not (root / "a").exists()
+    with pytest.raises(FileNotFoundError):
+        _fs.lstat(root, "a")
+    with pytest.raises(InvalidPath):
+        _fs.move(root, "c", "c/inside")
+
+
+def test_folder_operations_never_follow_links(root: Path, outside: Path, resolver: str) -> None:
+    (root / "out").symlink_to(outside)
+    (root / "file").symlink_to(outside / "secret.txt")
+    # A link is reported as a link, never entered.
+    listed = dict(_fs.list_dir(root, ".", depth=3, max_entries=100))
+    assert sorted(listed) == ["file", "out"]
+    assert os.path.islink(root / "out")
+    assert _fs.lstat(root, "out").st_mode & 0o170000 == 0o120000
+    for action in (
+        lambda: _fs.list_dir(root, "out", depth=1, max_entries=10),
+        lambda: _fs.make_dir(root, "out/new"),
+        lambda: _fs.move(root, "out/secret.txt", "stolen.txt"),
+        lambda: _fs.move(root, "file", "out/moved"),
+        lambda: _fs.remove_tree(root, "out/secret.txt"),
+        lambda: _fs.lstat(root, "out/secret.txt"),
+    ):
+        with pytest.raises(InvalidPath):
+            action()
+    # Removing a link removes the link itself, whatever it points to.
+    _fs.remove_tree(root, "out")
+    _fs.remove_tree(root, "file")
+    assert (outside / "secret.txt").read_bytes() == b"secret"
+    assert sorted(os.listdir(root)) == []
+
+
 def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 

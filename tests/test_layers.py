@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "corral"
 
 # Lowest first; a package may import only packages listed before it (and corral's shared
 # top-level modules such as corral.errors, corral._limits, corral._fs, corral._config).
-LAYERS = ["sandbox", "engine", "sources", "tools", "mistral", "http", "mcp", "cli"]
+LAYERS = ["sandbox", "engine", "sources", "tools", "mistral", "e2b", "http", "mcp", "cli"]
 FRONT_ENDS = {"http", "mcp", "cli"}
 NUMERIC_MAY_IMPORT: set[str] = set()  # runs inside the sandbox: the standard library only
 

@@ -20,6 +20,7 @@ import errno
 import os
 import platform
 import secrets
+import shutil
 import stat as stat_module
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -40,10 +41,15 @@ __all__ = [
     "create_private_file",
     "delete",
     "disk_usage",
+    "list_dir",
     "list_files",
+    "lstat",
+    "make_dir",
     "make_private_dir",
+    "move",
     "open_file",
     "read_bytes",
+    "remove_tree",
     "stat",
     "validate_relpath",
     "write_atomic",
@@ -612,3 +618,150 @@ def disk_usage(root: StrPath) -> int:
     """Bytes allocated below ``root`` (files, folders and links, none followed)."""
     with _root_fd(root) as rfd:
         return sum(info.st_blocks * 512 for _, info in _Walk(rfd))
+
+
+# Folder operations (the E2B filesystem service): the same rules, applied to folders too.
+
+
+def _parent_fd(rfd: int, path: PurePosixPath) -> int:
+    try:
+        return _open_dir(rfd, path.parent, create=False)
+    except NotADirectoryError as exc:
+        raise _missing(path) from exc
+
+
+def lstat(root: StrPath, rel: StrPath) -> os.stat_result:
+    """``lstat`` of anything below ``root`` (``.`` is the root), never following a link.
+
+    Raises:
+        InvalidPath: malformed, or a folder component is a link.
+        FileNotFoundError: missing.
+    """
+    text = os.fspath(rel)
+    with _root_fd(root) as rfd:
+        if text in ("", "."):
+            return os.fstat(rfd)
+        path = validate_relpath(text)
+        dirfd = _parent_fd(rfd, path)
+    try:
+        return os.stat(path.name, dir_fd=dirfd, follow_symlinks=False)
+    finally:
+        os.close(dirfd)
+
+
+def list_dir(
+    root: StrPath, rel: StrPath, *, depth: int, max_entries: int
+) -> list[tuple[str, os.stat_result]]:
+    """Entries of folder ``rel`` (``.`` is the root) down to ``depth`` levels, links unfollowed.
+
+    Returns ``(path relative to root, lstat)`` pairs, at most ``max_entries`` of them.
+
+    Raises:
+        InvalidPath: malformed, or a component is a link.
+        NotADirectoryError: ``rel`` is not a folder.
+        FileNotFoundError: missing.
+    """
+    text = os.fspath(rel)
+    base = PurePosixPath() if text in ("", ".") else validate_relpath(text)
+    found: list[tuple[str, os.stat_result]] = []
+    with _root_fd(root) as rfd:
+        stack = [(_open_dir(rfd, base, create=False), base, 1)]
+    try:
+        while stack and len(found) < max_entries:
+            dirfd, prefix, level = stack.pop()
+            try:
+                with os.scandir(dirfd) as entries:
+                    for entry in entries:
+                        if entry.name.startswith(TEMP_PREFIX):
+                            continue
+                        try:
+                            info = entry.stat(follow_symlinks=False)
+                        except OSError:
+                            continue  # removed while we looked
+                        found.append((str(prefix / entry.name), info))
+                        if len(found) >= max_entries:
+                            break
+                        if level < depth and stat_module.S_ISDIR(info.st_mode):
+                            try:
+                                sub = _open_beneath(dirfd, entry.name, os.O_RDONLY | os.O_DIRECTORY)
+                            except (OSError, InvalidPath):
+                                continue  # swapped for a link or removed meanwhile
+                            stack.append((sub, prefix / entry.name, level + 1))
+            finally:
+                os.close(dirfd)
+    finally:
+        for dirfd, _, _ in stack:
+            os.close(dirfd)
+    return found
+
+
+def make_dir(root: StrPath, rel: StrPath) -> bool:
+    """Create folder ``rel`` and its missing parents; False when it already existed.
+
+    Raises:
+        InvalidPath: malformed, a component is a link, or a file holds one of the names.
+    """
+    path = validate_relpath(rel)
+    with _root_fd(root) as rfd:
+        try:
+            os.close(_open_dir(rfd, path, create=False))
+            return False
+        except FileNotFoundError:
+            pass
+        except NotADirectoryError as exc:
+            raise InvalidPath(f"{path}: a file has this name") from exc
+        try:
+            os.close(_open_dir(rfd, path, create=True))
+        except NotADirectoryError as exc:
+            raise InvalidPath(f"{path}: a file has this name") from exc
+    return True
+
+
+def move(root: StrPath, source: StrPath, destination: StrPath) -> None:
+    """Rename ``source`` to ``destination`` (creating its folder), a link as itself.
+
+    Raises:
+        InvalidPath: malformed, a folder component is a link, or a folder into itself.
+        FileNotFoundError: ``source`` is missing.
+    """
+    src, dst = validate_relpath(source), validate_relpath(destination)
+    if dst.parts[: len(src.parts)] == src.parts:
+        raise InvalidPath(f"{dst}: cannot move a folder into itself")
+    with _root_fd(root) as rfd:
+        src_dir = _parent_fd(rfd, src)
+        try:
+            try:
+                dst_dir = _open_dir(rfd, dst.parent, create=True)
+            except NotADirectoryError as exc:
+                raise InvalidPath(f"{dst}: a parent is not a folder") from exc
+            try:
+                os.rename(src.name, dst.name, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
+            except OSError as exc:
+                if exc.errno in (errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY, errno.EEXIST):
+                    raise InvalidPath(f"{dst}: cannot replace what has this name") from exc
+                raise
+            finally:
+                os.close(dst_dir)
+        finally:
+            os.close(src_dir)
+
+
+def remove_tree(root: StrPath, rel: StrPath) -> None:
+    """Remove a file, a link itself, or a folder with everything in it (links unfollowed).
+
+    Raises:
+        InvalidPath: malformed, or a folder component is a link.
+        FileNotFoundError: missing.
+    """
+    path = validate_relpath(rel)
+    with _root_fd(root) as rfd:
+        dirfd = _parent_fd(rfd, path)
+    try:
+        info = os.stat(path.name, dir_fd=dirfd, follow_symlinks=False)
+        if stat_module.S_ISDIR(info.st_mode):
+            # rmtree with dir_fd works on descriptors and never follows a link.
+            shutil.rmtree(path.name, dir_fd=dirfd)
+        else:
+            os.unlink(path.name, dir_fd=dirfd)
+    finally:
+        os.close(dirfd)

@@ -141,6 +141,19 @@ async def test_idle_sessions_expire() -> None:
             engine.get_session("idle-one")
 
 
+async def test_a_held_session_outlives_idle_expiry() -> None:
+    async with Engine(capacity=1, pool_size=1, session_idle_timeout=0.05) as engine:
+        held = await engine.open_session(session_id="held")
+        held.hold_for(3600)
+        held.touch()  # use does not shorten the hold
+        idle = await engine.open_session(session_id="idle")
+        with anyio.fail_after(10):
+            while not idle.closed:  # noqa: ASYNC110 - expiry is a periodic sweep
+                await anyio.sleep(0.1)
+        assert not held.closed  # the same sweep left it open
+        assert engine.get_session("held") is held
+
+
 async def test_put_file_streams_chunks_and_a_failed_stream_writes_nothing(
     session: Session,
 ) -> None:

@@ -307,7 +307,8 @@ async def test_host_files_are_invisible(engine: Engine) -> None:
     assert seen["checkout"] == []
     assert seen["sys"] is False
     system = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr"}
-    own = {"etc", "dev", "proc", "work", "tmp", "inputs", "mnt", ".corral-runtime", ".corral-masks"}
+    own = {"etc", "dev", "proc", "work", "tmp", "inputs", "mnt", "home", ".corral-runtime"}
+    own.add(".corral-masks")
     runtime_tops = {Path(root).parts[1] for root in roots}
     assert set(seen["top"]) <= system | own | runtime_tops, seen["top"]
     for ancestor, listing in seen["ancestors"].items():

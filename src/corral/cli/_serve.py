@@ -11,6 +11,7 @@ import os
 import secrets
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -18,24 +19,28 @@ import anyio
 from corral import _fs
 from corral._config import ApiKey, Config
 from corral.cli._main import EXIT_OK
+from corral.e2b import new_e2b_key
 
 __all__ = ["local_api_key", "mcp_command", "serve_command"]
 
 _KEY_FILE = "api-key"
+_E2B_KEY_FILE = "e2b-api-key"
 
 
-def local_api_key(data_dir: Path) -> tuple[str, bool]:
-    """The key in ``data_dir/api-key``, created (mode 0600) on first use.
+def local_api_key(
+    data_dir: Path, name: str = _KEY_FILE, make: Callable[[], str] | None = None
+) -> tuple[str, bool]:
+    """The key in ``data_dir/name``, created (mode 0600) on first use.
 
     Returns the key and whether it was just created.
     """
     _fs.make_private_dir(data_dir)
-    path = data_dir / _KEY_FILE
+    path = data_dir / name
     try:
         return path.read_text().strip(), False
     except FileNotFoundError:
         pass
-    key = "corral-" + secrets.token_urlsafe(24)
+    key = make() if make is not None else "corral-" + secrets.token_urlsafe(24)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(key + "\n")
@@ -98,15 +103,27 @@ def serve_command(args: argparse.Namespace) -> int:
         if config.mode == "gateway" and not config.api_keys:
             # Embedded defaults still require a key: one is made once and kept with the data.
             key, created = local_api_key(config.data_dir)
-            config = config.replace(api_keys=(ApiKey(key=key, user="local"),))
+            # A second key in the shape the E2B SDK checks (e2b_<hex>), for E2B_API_KEY.
+            e2b_key, _ = local_api_key(config.data_dir, _E2B_KEY_FILE, new_e2b_key)
+            config = config.replace(
+                api_keys=(ApiKey(key=key, user="local"), ApiKey(key=e2b_key, user="local-e2b"))
+            )
             where = config.data_dir / _KEY_FILE
             # The key is shown once, when it is made, and only on a terminal: a service's
             # stderr is a log (the journal), and keys never go into logs. It stays in its
             # 0600 file.
             if created and sys.stderr.isatty():
-                print(f"corral: created {where}\ncorral: Api-Key: {key}", file=sys.stderr)
+                print(
+                    f"corral: created {where}\ncorral: Api-Key: {key}\n"
+                    f"corral: E2B_API_KEY={e2b_key}  (kept in {config.data_dir / _E2B_KEY_FILE})",
+                    file=sys.stderr,
+                )
             else:
-                print(f"corral: no API keys configured; using the key in {where}", file=sys.stderr)
+                print(
+                    f"corral: no API keys configured; using the keys in {where} and "
+                    f"{config.data_dir / _E2B_KEY_FILE} (for E2B_API_KEY)",
+                    file=sys.stderr,
+                )
         host = f"[{config.bind_host}]" if ":" in config.bind_host else config.bind_host
         # Connections wait in the socket's backlog until the engine is up, then are served.
         print(

@@ -8,8 +8,10 @@ sandboxed user could not, and the files it writes belong to that user.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import hashlib
+import os
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import TypeVar
 
@@ -39,6 +41,11 @@ class SessionFiles:
         self._uid = uid
         self._gid = gid
         self._max_file_bytes = max_file_bytes
+
+    @property
+    def quota_bytes(self) -> int:
+        """The session's disk quota, which bounds any one file too."""
+        return self._max_file_bytes
 
     async def _run(self, action: Callable[[], T]) -> T:
         return await anyio.to_thread.run_sync(_as_owner, self._uid, self._gid, action)
@@ -92,3 +99,34 @@ class SessionFiles:
 
     async def usage(self) -> int:
         return await self._run(lambda: _fs.disk_usage(self._root))
+
+    # Folder operations, for front ends with a file-system API (E2B's envd).
+
+    async def lstat(self, path: str) -> os.stat_result:
+        """Raises: InvalidPath; FileNotFoundError. ``""`` or ``.`` is the session's folder."""
+        return await self._run(lambda: _fs.lstat(self._root, path))
+
+    async def list_dir(
+        self, path: str, *, depth: int, max_entries: int
+    ) -> builtins.list[tuple[str, os.stat_result]]:
+        """Raises: InvalidPath; FileNotFoundError; NotADirectoryError."""
+        return await self._run(
+            lambda: _fs.list_dir(self._root, path, depth=depth, max_entries=max_entries)
+        )
+
+    async def make_dir(self, path: str) -> bool:
+        """Raises: InvalidPath; SessionDiskFull."""
+        try:
+            return await self._run(lambda: _fs.make_dir(self._root, path))
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise SessionDiskFull(f"{path}: the session's disk quota is exhausted") from None
+            raise
+
+    async def move(self, source: str, destination: str) -> None:
+        """Raises: InvalidPath; FileNotFoundError."""
+        await self._run(lambda: _fs.move(self._root, source, destination))
+
+    async def remove(self, path: str) -> None:
+        """A file, a link or a whole folder. Raises: InvalidPath; FileNotFoundError."""
+        await self._run(lambda: _fs.remove_tree(self._root, path))

@@ -30,7 +30,7 @@ from corral.errors import Busy, SessionClosed, SessionExists, SessionNotFound, W
 
 if TYPE_CHECKING:
     from corral.engine._engine import Engine
-    from corral.sandbox import Holder, Worker
+    from corral.sandbox import Command, Holder, Worker
 
 __all__ = ["Session", "SessionManager"]
 
@@ -64,7 +64,17 @@ class Session:
             raise SessionClosed(f"session {self.id} is closed")
 
     def touch(self) -> None:
-        self.last_used = time.monotonic()
+        # Never backwards: hold_for may have moved it ahead.
+        self.last_used = max(self.last_used, time.monotonic())
+
+    def hold_for(self, seconds: float) -> None:
+        """Keep the session from idle expiry for ``seconds`` from now, used or not.
+
+        For front ends whose sessions have a lifetime of their own (an E2B sandbox's
+        ``timeout``); afterwards the usual idle expiry applies again.
+        """
+        held = time.monotonic() + seconds - self._engine.session_idle_timeout
+        self.last_used = max(self.last_used, held)
 
     async def run(
         self,
@@ -189,6 +199,25 @@ class Session:
         job.restarted = True
         message = f"{what}; the interpreter was restarted: variables are lost, files are kept"
         return job.stopped(outcome, message, evidence)
+
+    async def start_command(
+        self, argv: list[str], env: dict[str, str], cwd: str, *, cpu_seconds: int
+    ) -> Command:
+        """Start a program inside this session's sandbox, beside its interpreter.
+
+        It runs as the interpreter does (same namespaces, files, seccomp policy and static
+        limits, the session's memory bound) and with the session's environment plus ``env``;
+        restarting the interpreter ends it. The caller reads its pipes and closes it.
+
+        Raises:
+            SessionClosed: the session was closed or expired.
+            WorkerCrashed: the session refused it (too many commands) or is gone.
+        """
+        self._check_open()
+        self.touch()
+        return await self._holder.start_command(
+            argv, env, cwd, memory_bytes=self.limits.memory_bytes, cpu_seconds=cpu_seconds
+        )
 
     async def put_file(self, path: str, data: bytes | AsyncIterable[bytes]) -> FileInfo:
         self._check_open()

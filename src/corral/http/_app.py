@@ -7,6 +7,7 @@ from fastapi import FastAPI
 import corral
 from corral import _fs
 from corral._config import Config
+from corral.e2b import E2BGateway, E2BService
 from corral.errors import ConfigError
 from corral.http import _container, _files_api, _gateway, _own
 from corral.http._auth import Keyring
@@ -61,4 +62,7 @@ def create_app(engine: EngineAPI, config: Config) -> FastAPI:
         is_upload=_is_upload,
         plain_text=gateway,
     )
+    if gateway:
+        # Outermost: E2B's requests never reach corral's routes, middleware or error pages.
+        app.add_middleware(E2BGateway, service=E2BService.build(engine, config))
     return app

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ import anyio
 
 from corral.errors import WorkerCrashed, ZygoteUnavailable
 from corral.sandbox._seqpacket import areceive, asend
+from corral.sandbox.host._command import Command
 from corral.sandbox.host._worker import Worker, release
 
 __all__ = ["Holder"]
@@ -124,6 +126,55 @@ class Holder:
             worker.close()
             raise
         return worker
+
+    async def start_command(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        *,
+        memory_bytes: int,
+        cpu_seconds: int,
+    ) -> Command:
+        """Start a command beside the interpreter, locked down like it (``inside/_command``).
+
+        Raises:
+            WorkerCrashed: the holder is gone or refused the command.
+        """
+        if self.closed:
+            raise ZygoteUnavailable("the session holder is closed")
+        in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        status_r, status_w = os.pipe2(os.O_CLOEXEC)
+        command = Command(in_w, out_r, err_r, status_r, self._signal_command)
+        request = {
+            "t": "exec",
+            "argv": argv,
+            "env": env,
+            "cwd": cwd,
+            "memory_bytes": memory_bytes,
+            "cpu_seconds": cpu_seconds,
+        }
+        try:
+            await asend(self._ctl, request, [in_r, out_w, err_w, status_w])
+        except OSError as exc:
+            command.close()
+            raise WorkerCrashed(f"session holder {self.pid} is gone: {exc}") from exc
+        finally:
+            for fd in (in_r, out_w, err_w, status_w):
+                os.close(fd)
+        try:
+            with anyio.fail_after(_CONTROL_TIMEOUT):
+                await command.started()
+        except (TimeoutError, WorkerCrashed):
+            command.close()
+            raise WorkerCrashed("the session did not start the command") from None
+        return command
+
+    def _signal_command(self, pid: int, signum: int) -> None:
+        with contextlib.suppress(OSError):
+            self._ctl.send(json.dumps({"t": "signal", "pid": pid, "signal": signum}).encode())
 
     def _signal_interpreter(self, signum: int) -> None:
         kind = "interrupt" if signum == signal.SIGINT else "kill"

@@ -19,20 +19,22 @@ import socket
 from corral.sandbox import _syscalls as sc
 from corral.sandbox._seqpacket import receive, send
 from corral.sandbox.inside import _isolate, _runner
+from corral.sandbox.inside._command import Commands
 
 __all__ = ["holder_main"]
 
 _CONTROL_FD = 3
 
 
-def _kill_everyone_else() -> None:
+def _kill_everyone_else(commands: Commands) -> None:
     with contextlib.suppress(ProcessLookupError):  # nobody else left
         os.kill(-1, signal.SIGKILL)  # as init: every process of the namespace but us
     while True:
         try:
-            os.waitpid(-1, 0)
+            pid, status = os.waitpid(-1, 0)
         except ChildProcessError:
             return
+        commands.reaped(pid, status)
 
 
 def _start_interpreter(
@@ -84,6 +86,7 @@ def holder_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     send(control, {"t": "ready"})
     interpreter: int | None = None
+    commands = Commands(seccomp_bpf, static)
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ)
     selector.register(wake_read, selectors.EVENT_READ)
@@ -99,8 +102,12 @@ def holder_main(
                     send(control, {"t": "started"})
                 elif kind == "interrupt" and interpreter is not None:
                     os.kill(interpreter, signal.SIGINT)
+                elif kind == "exec":
+                    commands.start(message, fds, cwd)
+                elif kind == "signal":
+                    commands.signal(message)
                 elif kind == "kill":
-                    _kill_everyone_else()
+                    _kill_everyone_else(commands)
                     if interpreter is not None:
                         interpreter = None
                         send(control, {"t": "exited", "code": -signal.SIGKILL})
@@ -120,7 +127,9 @@ def holder_main(
                     break
                 if pid == 0:
                     break
+                if commands.reaped(pid, code):
+                    continue
                 if pid == interpreter:
                     interpreter = None
-                    _kill_everyone_else()
+                    _kill_everyone_else(commands)
                     send(control, {"t": "exited", "code": os.waitstatus_to_exitcode(code)})

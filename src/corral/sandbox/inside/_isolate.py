@@ -87,6 +87,8 @@ def enter(
             _NOSUID_NODEV,
             f"mode=0755,size={session_disk_bytes}",
         )
+        # E2B's clients know the same folder as the home of user ``user``.
+        sc.mount(f"{root}/mnt/data", f"{root}/home/user", None, sc.MS_BIND)
         cwd = "/mnt/data"
     if os.path.isdir(f"{root}{DATA_STAGE}"):
         # Nothing but a session holder sees the host folder; the others get an empty cover.

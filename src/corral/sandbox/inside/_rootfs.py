@@ -67,7 +67,7 @@ _MASKED_FILES = {
 
 _SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _DEVICES = ("null", "zero", "full", "random", "urandom")
-_MOUNT_POINTS = ("proc", "work", "tmp", "inputs", "mnt/data", "dev/shm")
+_MOUNT_POINTS = ("proc", "work", "tmp", "inputs", "mnt/data", "home/user", "dev/shm")
 _ETC_FILES = {
     "passwd": "root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
     f"sandbox:x:{SANDBOX_UID}:{SANDBOX_GID}:corral sandbox:/work:/bin/sh\n"

@@ -1,0 +1,147 @@
+"""envd's HTTP API (port 49983): ``/health`` and ``/files`` download and upload.
+
+Uploads come as ``multipart/form-data`` (field ``file``; the part's file name is its path
+when the query has none) or, from envd 0.5.7 on, as ``application/octet-stream``. Both are
+written through the session file API: atomically, confined, and within the disk quota; an
+upload over the quota answers 507 and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from urllib.parse import quote
+
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Message
+
+from corral.e2b._paths import OutsideHome, e2b_path, session_path
+from corral.e2b._service import fail, json_response, service_of
+from corral.errors import FileTooLarge, InvalidPath, SessionClosed, SessionDiskFull
+
+__all__ = ["routes"]
+
+_MAX_PARTS = 64  # files in one multipart upload
+_UPLOAD_CHUNK = 1024 * 1024  # bytes read from a spooled multipart file at a time
+_FORM_OVERHEAD = 1024 * 1024  # bytes of multipart framing allowed beyond the disk quota
+
+
+def _sandbox_id(request: Request) -> str:
+    value = request.scope["corral.e2b.sandbox"]
+    assert isinstance(value, str)
+    return value
+
+
+def _rel(path: str | None) -> str:
+    if path is None:
+        fail(400, "the path query parameter is required")
+    try:
+        rel = session_path(path)
+    except OutsideHome as exc:
+        fail(400, str(exc))
+    if rel == ".":
+        fail(400, f"{path}: is a directory")
+    return rel
+
+
+async def health(request: Request) -> Response:
+    service_of(request).sandbox_for_envd(request, _sandbox_id(request))
+    return Response(status_code=204)
+
+
+async def download(request: Request) -> Response:
+    sandbox = service_of(request).sandbox_for_envd(request, _sandbox_id(request))
+    path = request.query_params.get("path")
+    rel = _rel(path)
+    try:
+        data = await sandbox.session.get_file(rel)
+    except FileNotFoundError:
+        fail(404, f"path '{path}' does not exist or is not a file")
+    except InvalidPath as exc:
+        fail(400, str(exc))
+    except SessionClosed:
+        fail(502, f"The sandbox {sandbox.id} was not found")
+    name = rel.rpartition("/")[2]
+    return Response(
+        data,
+        media_type="application/octet-stream",
+        headers={"content-disposition": f"attachment; filename*=UTF-8''{_quote(name)}"},
+    )
+
+
+def _quote(name: str) -> str:
+    return quote(name, safe="")
+
+
+def _bounded(request: Request, limit: int) -> Request:
+    """The same request, whose body stops with 507 past ``limit`` bytes."""
+    seen = 0
+
+    async def receive() -> Message:
+        nonlocal seen
+        message = await request.receive()
+        seen += len(message.get("body", b""))
+        if seen > limit:
+            fail(507, "the upload is larger than the sandbox's disk quota")
+        return message
+
+    return Request(request.scope, receive)
+
+
+async def _spooled(upload: UploadFile) -> AsyncIterator[bytes]:
+    while chunk := await upload.read(_UPLOAD_CHUNK):
+        yield chunk
+
+
+async def upload(request: Request) -> Response:
+    service = service_of(request)
+    sandbox = service.sandbox_for_envd(request, _sandbox_id(request))
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    query_path = request.query_params.get("path")
+    written: list[dict[str, str]] = []
+    try:
+        if media == "application/octet-stream":
+            if request.headers.get("content-encoding", "identity") != "identity":
+                fail(400, "compressed uploads are not supported")
+            rel = _rel(query_path)
+            await sandbox.session.put_file(rel, request.stream())
+            written.append(_written(rel))
+        elif media == "multipart/form-data":
+            limit = sandbox.session.files.quota_bytes + _FORM_OVERHEAD
+            length = request.headers.get("content-length", "")
+            if length.isdigit() and int(length) > limit:
+                fail(507, "the upload is larger than the sandbox's disk quota")
+            bounded = _bounded(request, limit)
+            form = await bounded.form(max_files=_MAX_PARTS, max_fields=_MAX_PARTS)
+            try:
+                uploads = [v for _, v in form.multi_items() if isinstance(v, UploadFile)]
+                if not uploads:
+                    fail(400, "the multipart body has no file")
+                for item in uploads:
+                    rel = _rel(query_path if len(uploads) == 1 and query_path else item.filename)
+                    await sandbox.session.put_file(rel, _spooled(item))
+                    written.append(_written(rel))
+            finally:
+                await form.close()
+        else:
+            fail(400, "upload as multipart/form-data or application/octet-stream")
+    except (SessionDiskFull, FileTooLarge) as exc:
+        fail(507, str(exc))
+    except InvalidPath as exc:
+        fail(400, str(exc))
+    except SessionClosed:
+        fail(502, f"The sandbox {sandbox.id} was not found")
+    return json_response(written)
+
+
+def _written(rel: str) -> dict[str, str]:
+    return {"name": rel.rpartition("/")[2], "type": "file", "path": e2b_path(rel)}
+
+
+routes = [
+    Route("/health", health, methods=["GET"]),
+    Route("/files", download, methods=["GET"]),
+    Route("/files", upload, methods=["POST"]),
+]

@@ -1,0 +1,215 @@
+"""The code interpreter (port 49999): ``/execute`` streaming E2B's events, and ``/contexts``.
+
+``/execute`` answers ``application/x-ndjson``: stdout and stderr as they are produced,
+``display()`` results, the
+trailing expression's result, the error, the execution count, then ``end_of_execution``.
+The client closing the connection cancels the run. ``/contexts`` calls carry no access token
+in the SDK, so they are accepted by the sandbox's unguessable id alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from corral.e2b import _events, _magics
+from corral.e2b._contexts import Context
+from corral.e2b._sandboxes import Sandbox
+from corral.e2b._service import fail, json_response, service_of
+from corral.engine import OutputEvent
+
+__all__ = ["routes"]
+
+_BODY_BYTES = 4 * 1024 * 1024  # the engine bounds the code itself far below this
+_MAX_CWD = 4096
+_LANGUAGES = (None, "python", "py", "python3")
+
+
+class ExecuteBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    code: str
+    context_id: str | None = None
+    language: str | None = None
+    env_vars: dict[str, str] | None = None
+
+
+class ContextBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    language: str | None = None
+    cwd: str | None = Field(default=None, max_length=_MAX_CWD)
+
+
+async def _json(request: Request, model: type[Any]) -> Any:
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw.extend(chunk)
+        if len(raw) > _BODY_BYTES:
+            fail(413, "the request body is too large")
+    try:
+        return model.model_validate(json.loads(raw or b"{}"))
+    except (ValueError, ValidationError):
+        fail(400, f"invalid request body for {request.url.path}")
+
+
+def _sandbox_id(request: Request) -> str:
+    value = request.scope["corral.e2b.sandbox"]
+    assert isinstance(value, str)
+    return value
+
+
+def _language(language: str | None) -> None:
+    if language not in _LANGUAGES:
+        fail(400, f"language '{language}' is not supported: corral runs Python")
+
+
+async def execute(request: Request) -> Response:
+    service = service_of(request)
+    sandbox = service.sandbox_for_envd(request, _sandbox_id(request))
+    body: ExecuteBody = await _json(request, ExecuteBody)
+    if body.context_id is not None and body.language is not None:
+        fail(400, "give context_id or language, not both")
+    _language(body.language)
+    context = sandbox.contexts.get(body.context_id or "default")
+    if context is None:
+        fail(404, f"context '{body.context_id}' not found")
+    return _Execution(sandbox, context, body.code, body.env_vars or {})
+
+
+class _Execution(Response):
+    """Runs the code while it answers, one event per line; a disconnect cancels the run."""
+
+    media_type = "application/x-ndjson"
+
+    def __init__(
+        self, sandbox: Sandbox, context: Context, code: str, run_env: Mapping[str, str]
+    ) -> None:
+        super().__init__(media_type=self.media_type)
+        self._sandbox = sandbox
+        self._context = context
+        self._code = code
+        self._run_env = dict(run_env)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        cancel = anyio.Event()
+        lines_in, lines_out = anyio.create_memory_object_stream[bytes](math.inf)
+        headers = [(b"content-type", self.media_type.encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+
+        async def watch_disconnect() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            cancel.set()
+
+        async def run() -> None:
+            async with lines_in:
+                for line in await self._run(cancel, lines_in.send_nowait):
+                    lines_in.send_nowait(line)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_disconnect)
+            tg.start_soon(run)
+            async with lines_out:
+                async for line in lines_out:
+                    if not cancel.is_set():
+                        await send({"type": "http.response.body", "body": line, "more_body": True})
+            tg.cancel_scope.cancel()
+        if not cancel.is_set():
+            await send({"type": "http.response.body", "body": b""})
+
+    async def _run(self, cancel: anyio.Event, emit: Callable[[bytes], None]) -> list[bytes]:
+        sandbox, context = self._sandbox, self._context
+        session = sandbox.session
+        async with sandbox.run_lock:
+            preparation = sandbox.contexts.preparation(context, self._run_env)
+            if preparation is not None:
+                prepared = await session.run(preparation, cancel=cancel)
+                if not prepared.ok:
+                    sandbox.contexts.interpreter_restarted()
+                    return [*_events.from_result(prepared, streamed=False), _events.end_event(0)]
+                sandbox.contexts.prepared(context, self._run_env)
+            streamed = _events.StreamedOutput()
+
+            def on_output(event: OutputEvent) -> None:
+                if event.kind == "display":
+                    lines = streamed.display(event.data or {})
+                else:
+                    lines = streamed.output(event.kind, event.text)
+                for line in lines:
+                    emit(line)
+
+            code = _magics.transform(self._code)
+            result = await session.run(code, cancel=cancel, on_output=on_output)
+            if result.restarted:
+                sandbox.contexts.interpreter_restarted()
+            context.executions += 1
+            return [
+                *streamed.finish(result),
+                *_events.from_result(result, streamed=True),
+                _events.end_event(context.executions),
+            ]
+
+
+async def create_context(request: Request) -> Response:
+    sandbox = service_of(request).sandbox_by_id(_sandbox_id(request))
+    body: ContextBody = await _json(request, ContextBody)
+    _language(body.language)
+    if body.cwd is not None and not body.cwd.startswith("/"):
+        fail(400, "cwd must be an absolute path")
+    context = sandbox.contexts.create(body.cwd)
+    if context is None:
+        fail(429, "this sandbox holds its maximum of contexts")
+    return json_response(context.as_json())
+
+
+async def list_contexts(request: Request) -> Response:
+    sandbox = service_of(request).sandbox_by_id(_sandbox_id(request))
+    return json_response([c.as_json() for c in sandbox.contexts.all()])
+
+
+def _context_of(request: Request) -> tuple[Sandbox, Context]:
+    sandbox = service_of(request).sandbox_by_id(_sandbox_id(request))
+    context_id = request.path_params["context_id"]
+    context = sandbox.contexts.get(context_id)
+    if context is None:
+        fail(404, f"context '{context_id}' not found")
+    return sandbox, context
+
+
+async def restart_context(request: Request) -> Response:
+    sandbox, context = _context_of(request)
+    sandbox.contexts.restart(context)
+    return Response(status_code=204)
+
+
+async def delete_context(request: Request) -> Response:
+    sandbox, context = _context_of(request)
+    if context.id == "default":
+        fail(400, "the default context cannot be deleted")
+    sandbox.contexts.delete(context)
+    return Response(status_code=204)
+
+
+async def health(request: Request) -> Response:
+    service_of(request).sandbox_by_id(_sandbox_id(request))
+    return Response(status_code=204)
+
+
+routes = [
+    Route("/execute", execute, methods=["POST"]),
+    Route("/contexts", create_context, methods=["POST"]),
+    Route("/contexts", list_contexts, methods=["GET"]),
+    Route("/contexts/{context_id}/restart", restart_context, methods=["POST"]),
+    Route("/contexts/{context_id}", delete_context, methods=["DELETE"]),
+    Route("/health", health, methods=["GET"]),
+]

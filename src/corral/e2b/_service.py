@@ -1,0 +1,96 @@
+"""What every E2B route shares: the sandboxes, the keys, E2B's error shape and auth checks."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from corral._config import Config
+from corral.e2b._keys import E2BKeys, same_secret
+from corral.e2b._sandboxes import Sandbox, Sandboxes, SessionOpener
+
+__all__ = [
+    "ENVD_VERSION",
+    "E2BError",
+    "E2BService",
+    "error_response",
+    "service_of",
+]
+
+ENVD_VERSION = "0.5.7"
+"""The envd version corral answers: it serves what the SDK gates on up to here (stdin and
+closing it, the default user, octet-stream uploads) and nothing newer (file metadata, 0.6.2)."""
+SCOPE_KEY = "corral.e2b"
+
+
+class E2BError(Exception):
+    """An answer in E2B's error shape, ``{code, message}``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def fail(status: int, message: str) -> NoReturn:
+    raise E2BError(status, message)
+
+
+def error_response(status: int, message: str) -> Response:
+    return json_response({"code": status, "message": message}, status)
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(json.dumps(body), status_code=status, media_type="application/json")
+
+
+@dataclass(slots=True)
+class E2BService:
+    """One per app: the E2B view of the engine."""
+
+    sandboxes: Sandboxes
+    keys: E2BKeys
+
+    @classmethod
+    def build(cls, engine: SessionOpener, config: Config) -> E2BService:
+        return cls(
+            sandboxes=Sandboxes(engine, config.max_sessions_per_key),
+            keys=E2BKeys(config.api_keys),
+        )
+
+    def owner(self, request: Request) -> str:
+        """The key's owner id, or E2B's 401."""
+        owner = self.keys.owner(request.headers.get("x-api-key"))
+        if owner is None:
+            fail(401, "Invalid API key, please visit your corral server's configuration")
+        return owner
+
+    def sandbox_for_envd(self, request: Request, sandbox_id: str) -> Sandbox:
+        """The running sandbox, if the request carries its access token.
+
+        A missing sandbox answers as E2B's proxy does (502, "... was not found"), which the
+        SDK reads as a sandbox that is no longer running.
+        """
+        sandbox = self.sandboxes.find(sandbox_id)
+        if sandbox is None:
+            fail(502, f"The sandbox {sandbox_id} was not found")
+        if not same_secret(request.headers.get("x-access-token"), sandbox.access_token):
+            fail(401, "Invalid or missing access token for this sandbox")
+        return sandbox
+
+    def sandbox_by_id(self, sandbox_id: str) -> Sandbox:
+        """The running sandbox, by its unguessable id alone (the SDK sends no token here)."""
+        sandbox = self.sandboxes.find(sandbox_id)
+        if sandbox is None:
+            fail(502, f"The sandbox {sandbox_id} was not found")
+        return sandbox
+
+
+def service_of(request: Request) -> E2BService:
+    service = request.scope[SCOPE_KEY]
+    assert isinstance(service, E2BService)
+    return service

@@ -1,0 +1,209 @@
+"""The unmodified E2B SDK, at each pinned version pair, against a live ``corral serve``."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from typing import Any
+
+import pytest
+
+from tests.e2b.conftest import KEY, ROOT, SDK_PAIRS, Server, run_scenarios, sdk_python
+
+pytestmark = [pytest.mark.isolation, pytest.mark.network, pytest.mark.timeout(1500)]
+
+_seen: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+@pytest.fixture(scope="module", params=SDK_PAIRS, ids=lambda pair: f"e2b-{pair[0]}")
+def sdk(request: pytest.FixtureRequest, corral_server: Server) -> dict[str, Any]:
+    """What the SDK saw in every scenario, run once per SDK pair."""
+    pair: tuple[str, str] = request.param
+    if pair not in _seen:
+        _seen[pair] = run_scenarios(corral_server, *pair, skip=set())
+    return _seen[pair]
+
+
+def ok(sdk: dict[str, Any], name: str) -> dict[str, Any]:
+    outcome = sdk[name]
+    assert "ok" in outcome, f"{name} raised {outcome.get('raised')}: {outcome.get('traceback')}"
+    value: dict[str, Any] = outcome["ok"]
+    return value
+
+
+def test_create_and_state_across_runs(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "create_and_state")
+    assert len(seen["id"]) == 32  # 128 random bits, hex
+    assert seen["stdout"] == "hello\n"
+    assert seen["stderr"] == ""
+    assert seen["text"] == "42"
+    assert seen["count"] == 2
+    assert seen["running"] is True
+
+
+def test_errors_are_the_execution_error(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "errors")
+    assert (seen["name"], seen["value"]) == ("ZeroDivisionError", "division by zero")
+    assert "Traceback" in seen["traceback"]
+    assert seen["callback"] == ["ZeroDivisionError"]
+    assert seen["stderr"] == ""  # a kernel reports the exception once, as the error
+    assert seen["after"] == "'still here'"
+
+
+def test_on_stdout_arrives_while_the_code_runs(sdk: dict[str, Any]) -> None:
+    assert ok(sdk, "stdout_streams")["stdout"] == "ping\nstreamed\n"
+
+
+def test_matplotlib_png_and_dataframe_html(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "rich_results")
+    assert seen["png_magic"] == "89504e470d0a1a0a"
+    assert seen["plot_main"] == [False]  # plt.show() displays; it is not the cell's value
+    assert "<table" in seen["html"]
+    assert seen["frame_main"] is True
+
+
+def test_files_written_read_by_code_and_back(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "files_round_trip")
+    assert seen["read_by_code"].startswith("'from the client|")
+    assert seen["read_back"] == "from the code"
+    assert seen["bytes_back"] == "0001ff"
+    assert seen["names"] == ["data", "in.txt", "out.txt"]
+    assert seen["missing"] == "FileNotFoundException"
+
+
+def test_filesystem_service(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "filesystem")
+    assert (seen["made"], seen["made_again"]) == (True, False)
+    assert seen["listed"] == ["b.txt", "sub"]
+    assert seen["exists"] is True
+    assert seen["exists_after_remove"] is False
+    assert seen["outside"] == "InvalidArgumentException"  # only /home/user is reachable
+
+
+def test_commands_run_in_the_sandbox(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "commands")
+    assert seen["exit_code"] == 0
+    assert seen["stdout"] == "hi\n/home/user\nseen"  # envVars, the home, the session's files
+    assert seen["stderr"] == "oops\n"
+    assert seen["failed"] == {"exit_code": 3, "stderr": "bad\n"}  # CommandExitException
+    assert seen["chunks"] == "one\ntwo\n"
+    assert seen["listed_background"] is True
+    assert seen["killed"] is True
+    assert seen["ended"] == -1
+    # holder, interpreter, bash and ps: the command shares the sandbox's pid namespace
+    assert int(seen["pids"]) <= 5
+    assert seen["code_sees_env"] == "'hi'"
+
+
+def test_run_code_timeout_ends_the_run(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "run_code_timeout")
+    assert seen["raised"] == "TimeoutException"
+    assert seen["after"] == "42"
+    assert seen["ticks"] < 600  # the closed connection interrupted the loop
+
+
+def test_kill_and_kill_by_id_on_a_killed_sandbox(sdk: dict[str, Any]) -> None:
+    assert ok(sdk, "kill") == {"killed": True, "killed_again": False, "running": False}
+
+
+def test_set_timeout_get_info_list_connect(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "lifetime")
+    assert seen["lifetime_before"] == pytest.approx(60, abs=1)
+    assert seen["lifetime_after"] > 590
+    assert seen["metadata"] == {"purpose": "test"}
+    assert seen["state"] == "running"
+    assert seen["listed"] is True
+    assert seen["connected_runs"] == "4"
+
+
+def test_two_sandboxes_share_nothing(sdk: dict[str, Any]) -> None:
+    assert ok(sdk, "two_sandboxes") == {"other_error": "NameError", "other_file": False}
+
+
+def test_contexts_are_separate_states(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "contexts")
+    assert seen["in_context"] == "'context'"
+    assert seen["in_default"] == "'default'"
+    assert seen["back_in_context"] == "'context'"
+    assert seen["listed"] is True
+    assert seen["after_restart"] == "NameError"
+    assert seen["removed"] is True
+
+
+def test_wrong_key_template_and_another_keys_sandbox_are_refused(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "refusals")
+    assert seen["wrong_key"] == "AuthenticationException"
+    assert "template 'some-other-template' not found" in seen["template"]
+    assert seen["other_key_connect"] == "SandboxNotFoundException"
+    assert seen["other_key_kill"] is False
+    assert seen["still_running"] == "'alive'"
+
+
+def test_another_sandboxs_token_or_none_is_refused_and_nothing_runs(
+    sdk: dict[str, Any],
+) -> None:
+    seen = ok(sdk, "access_tokens")
+    assert set(seen["statuses"].values()) == {401}, seen["statuses"]
+    assert seen["ran"] is False
+    assert seen["uploaded"] is False
+
+
+def test_isolation_holds_in_e2b_sandboxes(sdk: dict[str, Any], corral_server: Server) -> None:
+    seen = ok(sdk, "isolation")
+    assert seen["network"] != "connected"  # not even the server on the host's loopback
+    names, values, sees_server_data, proc = seen["probe"]
+    assert sees_server_data is False
+    assert "SANDBOX_ONLY" in names  # envVars reach the sandbox's processes
+    assert not any(name.startswith(("CORRAL_", "E2B_")) for name in names)
+    assert seen["server_key_in_env"] is False
+    assert not any(KEY in value for value in values)
+    assert "SEES-HOST-DATA" not in seen["shell"]
+    assert "SANDBOX_ONLY=yes" in seen["shell"]
+    pids = [p for p in proc if p.isdigit()]
+    assert "1" in pids
+    assert len(pids) <= 5  # its own pid namespace: no host process is visible
+
+
+def test_the_readme_example_runs(corral_server: Server) -> None:
+    readme = (ROOT / "README.md").read_text().split("## Use corral from the E2B SDK", 1)[1]
+    match = re.search(r"```python\n(.*?)```", readme, re.DOTALL)
+    assert match is not None
+    example = match.group(1)
+    assert len(example.strip().splitlines()) == 5
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "CORRAL_"))}
+    env.update(E2B_API_URL=corral_server.url, E2B_SANDBOX_URL=corral_server.url, E2B_API_KEY=KEY)
+    done = subprocess.run(
+        [str(sdk_python(*SDK_PAIRS[0])), "-c", example],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "42"
+
+
+SMOLAGENTS = "smolagents==1.26.0"
+SMOLAGENTS_RUN = """
+import os, sys
+from smolagents.default_tools import FinalAnswerTool
+from smolagents.monitoring import AgentLogger, LogLevel
+from smolagents.remote_executors import E2BExecutor
+executor = E2BExecutor([], AgentLogger(level=LogLevel.OFF))
+executor.send_tools({"final_answer": FinalAnswerTool()})  # runs `!pip install ...` first
+first = executor("x = 2\\nprint('thinking')\\nx * 3")
+final = executor("final_answer(x * 21)")
+print(repr([first.output, first.logs, first.is_final_answer, final.output, final.is_final_answer]))
+executor.cleanup()
+"""
+
+
+def test_smolagents_e2b_executor_unmodified(corral_server: Server) -> None:
+    """A third-party user of the SDK: smolagents' E2BExecutor, as its agents drive it."""
+    python = sdk_python(*SDK_PAIRS[0], SMOLAGENTS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "CORRAL_"))}
+    env.update(E2B_API_URL=corral_server.url, E2B_SANDBOX_URL=corral_server.url, E2B_API_KEY=KEY)
+    done = subprocess.run(
+        [str(python), "-c", SMOLAGENTS_RUN],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "['6', 'thinking\\n', False, 42, True]"
