@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from corral._config import ApiKey, Config, table_values
+from corral._limits import DEFAULT_LIMITS
 from corral.errors import ConfigError
+from corral.tools import DEFAULT_CODE_INTERPRETER_CONFIG
 
 TOML = """
 [server]
@@ -60,11 +62,11 @@ def test_defaults_without_file_or_environment(tmp_path: Path) -> None:
     assert config.api_keys == ()
     assert config.create_code_app_roles is None
     assert config.upload_max_size == 536870912
-    assert config.timeout == 60.0
+    assert config.timeout == 30.0  # the one default: Limits.timeout
     assert config.session_idle_timeout == 600.0
     assert config.session_id is None
     assert config.raw_toml == {}
-    assert config.limits() == config.limits().replace(timeout=60.0)
+    assert config.limits() == config.limits().replace(timeout=30.0)
 
 
 def test_container_mode_defaults_to_dial_address() -> None:
@@ -215,6 +217,15 @@ def test_camel_case_aliases_and_snake_case_names_read_the_same(tmp_path: Path, t
     config = Config.load(flags={"config": path}, environ={})
     assert table_values(config.raw_toml, "code_interpreter") == {"max_calls": 5, "timeout_ms": 900}
     assert table_values(config.raw_toml, "mcp") == {}
+
+
+def test_one_default_timeout_everywhere() -> None:
+    """Seed 002's timeoutMs 30000: the server, the CLI (both Config), the Python API and the
+    tools (so MCP) agree."""
+    assert DEFAULT_LIMITS.timeout == 30.0
+    assert Config().timeout == DEFAULT_LIMITS.timeout
+    assert Config().limits() == DEFAULT_LIMITS
+    assert DEFAULT_CODE_INTERPRETER_CONFIG.timeout_ms / 1000 == DEFAULT_LIMITS.timeout
 
 
 def test_uid_range_from_the_file_and_the_environment(tmp_path: Path) -> None:

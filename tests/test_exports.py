@@ -8,6 +8,7 @@ import types
 import pytest
 
 import corral
+import corral.engine
 
 PACKAGES = ["corral.engine", "corral.sandbox", "corral.e2b", "corral.http", "corral.cli"]
 
@@ -29,11 +30,13 @@ def test_exports_are_complete_and_named_by_their_public_path(name: str) -> None:
 def test_the_top_level_api() -> None:
     assert set(corral.__all__) == {
         "DEFAULT_LIMITS", "Engine", "ExecutionResult", "Input", "Limits", "OutputEvent",
-        "OutputListener", "RunEvent", "__version__",
+        "OutputListener", "RunEvent", "Session", "__version__",
     }  # fmt: skip
     for attr in corral.__all__:
         assert getattr(corral, attr) is not None
     assert corral.Limits.__module__ == "corral"
-    assert corral.Engine.__module__ == "corral.engine"
+    assert corral.Engine.__module__ == "corral"  # the engine with sources ingestion wired in
+    assert issubclass(corral.Engine, corral.engine.Engine)
+    assert corral.Session is corral.engine.Session
     with pytest.raises(AttributeError):
         _ = corral.NoSuchThing

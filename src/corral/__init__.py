@@ -14,13 +14,14 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "DEFAULT_LIMITS": "corral._limits",
-    "Engine": "corral.engine",
+    "Engine": "corral._api",
     "ExecutionResult": "corral.engine",
     "Input": "corral.engine",
     "Limits": "corral._limits",
     "OutputEvent": "corral.engine",
     "OutputListener": "corral.engine",
     "RunEvent": "corral.engine",
+    "Session": "corral.engine",
 }
 
 __all__ = [
@@ -32,12 +33,21 @@ __all__ = [
     "OutputEvent",
     "OutputListener",
     "RunEvent",
+    "Session",
     "__version__",
 ]
 
 if TYPE_CHECKING:
+    from corral._api import Engine
     from corral._limits import DEFAULT_LIMITS, Limits
-    from corral.engine import Engine, ExecutionResult, Input, OutputEvent, OutputListener, RunEvent
+    from corral.engine import (
+        ExecutionResult,
+        Input,
+        OutputEvent,
+        OutputListener,
+        RunEvent,
+        Session,
+    )
 
 
 def __getattr__(name: str) -> Any:

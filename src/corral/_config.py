@@ -23,7 +23,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from corral._limits import Limits
+from corral._limits import DEFAULT_LIMITS, Limits
 from corral._uids import UidRange
 from corral.errors import ConfigError
 
@@ -73,7 +73,7 @@ class Config:
     upload_max_size: int = 512 * _MIB
     capacity: int | None = None
     queue_size: int = 256
-    timeout: float = 60.0
+    timeout: float = DEFAULT_LIMITS.timeout
     session_idle_timeout: float = 600.0
     session_disk_bytes: int = 256 * _MIB
     list_max_entries: int = 10_000
@@ -351,7 +351,8 @@ _FIELDS: dict[str, _Field] = {
     "queue_size": _Field("engine", ("CORRAL_QUEUE_SIZE",), _int, _INT,
         "Runs waiting for a worker; beyond that a run is refused as busy."),
     "timeout": _Field("engine", ("CORRAL_TIMEOUT",), _float, _NUM,
-        "Seconds for one execution (queue + start + run); DIAL's fixed timeout is 60."),
+        "Seconds for one execution (queue + start + run): the one default, `Limits.timeout` "
+        "(the seed's 30 s); a request may ask for less, never more."),
     "session_idle_timeout": _Field("engine", ("CORRAL_SESSION_IDLE_TIMEOUT",), _float, _NUM,
         "Seconds after its last use when a session expires (DIAL's `sessionTtl`)."),
     "session_disk_bytes": _Field("engine", ("CORRAL_SESSION_DISK_BYTES",), _int, _INT,

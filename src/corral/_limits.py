@@ -20,7 +20,11 @@ class Limits:
     """
 
     timeout: float = 30.0
-    """Seconds for queue + start + run together; there is no unlimited."""
+    """Seconds for queue + start + run together; there is no unlimited.
+
+    The one default timeout (seed 002's ``timeoutMs 30000``): the Python API, the CLI, the
+    server (``[engine] timeout``, ``CORRAL_TIMEOUT``), the tools and MCP all start from it; a
+    request's own ``timeout`` may lower it, never raise it past the server's."""
     code_chars: int = 20_000
     """Longest accepted source, in characters."""
     output_chars: int = 64_000

@@ -8,7 +8,7 @@ What follows are infrastructure failures and caller mistakes that have no result
       + IsolationError    the host cannot build the sandbox (`corral doctor` says why)
       + WorkerError       WorkerCrashed · WorkerProtocolError · ZygoteUnavailable
       + EngineError       EngineClosed · SessionClosed · SessionExists · SessionNotFound · Busy
-                          · InvalidPath · SessionDiskFull · FileTooLarge
+                          · InvalidPath · SessionDiskFull · FileTooLarge · FileNotReturned
       + SourceError       SourceNotFound · UnsupportedSource · SourceTooLarge
       + ToolError         UnknownTool · ToolNameTaken · QuotaExceeded · InvalidToolInput
       + RemoteError       RemoteUnavailable > RemoteTimeout · RemoteStatusError > RemoteAuthError
@@ -23,6 +23,7 @@ __all__ = [
     "CorralError",
     "EngineClosed",
     "EngineError",
+    "FileNotReturned",
     "FileTooLarge",
     "InvalidPath",
     "InvalidToolInput",
@@ -114,6 +115,13 @@ class SessionDiskFull(EngineError):
 
 class FileTooLarge(EngineError):
     """A file exceeds the size bound of this operation (an upload or read limit)."""
+
+
+class FileNotReturned(EngineError, LookupError):
+    """A result holds no bytes for that path: not among its files, or past the returned bound.
+
+    Also a ``LookupError``, as a missing key is.
+    """
 
 
 class SourceError(CorralError):

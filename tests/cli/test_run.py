@@ -38,8 +38,9 @@ def test_invalid_input_exits_2() -> None:
     missing = corral("run", "/nonexistent/script.py")
     assert missing.returncode == 2
     assert "No such file" in missing.stderr
-    both = corral("run", "file.py", "-c", "1")
-    assert both.returncode == 2
+    after_the_file = corral("run", "missing.py", "-c", "1")  # "-c 1" are the file's arguments
+    assert after_the_file.returncode == 2
+    assert "No such file" in after_the_file.stderr
 
 
 def test_timeout_exits_3_and_says_so() -> None:
@@ -55,6 +56,7 @@ def test_json_is_the_full_result() -> None:
     assert (result["status"], result["outcome"], result["stdout"]) == ("SUCCESS", "ok", "hi\n")
     assert result["result"] == {"text/plain": "42"}
     assert set(result) >= {"display", "files", "omitted", "error", "elapsed_ms", "evidence"}
+    assert result["evidence"]["limits"]["timeout"] == 30  # the one default (Limits.timeout)
 
 
 def test_code_from_a_file_and_from_stdin(tmp_path: Path) -> None:
@@ -184,3 +186,44 @@ def test_output_is_printed_while_the_code_still_runs() -> None:
         process.wait(timeout=30)
         if process.stdout is not None:
             process.stdout.close()
+
+
+def test_a_script_gets_its_arguments_and_its_file(tmp_path: Path) -> None:
+    script = tmp_path / "report.py"
+    script.write_text("import os, sys\nprint(sys.argv)\nprint(os.path.basename(__file__))\n")
+    done = corral("run", str(script), "--year", "2024", "extra")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"[{str(script)!r}, '--year', '2024', 'extra']",
+        "report.py",
+    ]
+    inline = corral("run", "-c", "import sys; print(sys.argv)", "a", "b")
+    assert inline.stdout == "['-c', 'a', 'b']\n"
+    piped = corral("run", "-", "x", stdin="import sys; print(sys.argv)")
+    assert piped.stdout == "['-', 'x']\n"
+
+
+def test_sys_exit_behaves_as_in_a_script() -> None:
+    zero = corral("run", "-c", "import sys\nprint('bye')\nsys.exit(0)")
+    assert (zero.returncode, zero.stdout, zero.stderr) == (0, "bye\n", "")
+    three = corral("run", "--json", "-c", "import sys; sys.exit(3)")
+    result = json.loads(three.stdout)
+    assert three.returncode == 1  # python_error (design.md §3); the status is in the result
+    assert (result["outcome"], result["exit_code"], result["stderr"]) == ("python_error", 3, "")
+
+
+def test_input_fails_in_one_clear_line() -> None:
+    done = corral("run", "-c", "name = input('name? ')")
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "EOFError: input() is not available: the program has no stdin"
+    )
+    assert "corral" not in done.stderr
+
+
+def test_a_source_is_readable_under_its_own_name(tmp_path: Path) -> None:
+    scores = tmp_path / "scores.csv"
+    scores.write_text("name,score\nada,3\nbob,4\n")
+    code = "import pandas as pd\nprint(pd.read_csv('scores.csv').score.sum())"
+    done = corral("run", "--source", str(scores), "-c", code)
+    assert (done.returncode, done.stdout) == (0, "7\n"), done.stderr

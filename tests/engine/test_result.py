@@ -8,6 +8,7 @@ from typing import get_args
 import pytest
 
 from corral.engine import ErrorInfo, Evidence, ExecutionResult, FileInfo, Outcome
+from corral.errors import FileNotReturned
 
 DESIGN_FIELDS = [
     "status", "outcome", "stdout", "stderr", "result", "display", "files", "omitted", "error",
@@ -77,6 +78,14 @@ def test_dial_projection_is_exactly_five_fields_in_order() -> None:
     assert ExecutionResult(outcome="timeout").as_dial()["result"] == ""
 
 
-def test_read_file_refuses_unlisted_paths() -> None:
-    with pytest.raises(KeyError):
+def test_read_file_refuses_unlisted_paths_with_a_typed_error() -> None:
+    with pytest.raises(FileNotReturned, match=r"'missing\.txt' is not among this result's files"):
         ExecutionResult(outcome="ok").read_file("missing.txt")
+    cut = ExecutionResult(outcome="ok", files=(FileInfo("big.bin", 9, "0" * 64),))
+    with pytest.raises(FileNotReturned, match="past the bound"):
+        cut.read_file("big.bin")
+
+
+def test_text_is_the_results_plain_text() -> None:
+    assert ExecutionResult(outcome="ok", result={"text/plain": "42"}).text == "42"
+    assert ExecutionResult(outcome="ok").text is None

@@ -362,7 +362,7 @@ async def test_real_runs_of_a_second_key_start_at_the_next_free_worker() -> None
             for _ in range(4):
                 tg.start_soon(stream, "a", 6)
             with anyio.fail_after(30):
-                while engine.scheduler.statistics().queued < 2:  # noqa: ASYNC110 - no event
+                while engine.statistics().queued < 2:  # noqa: ASYNC110 - no event
                     await anyio.sleep(0.01)
             await stream("b", 3)
     # In first-come order each b run would wait behind a's two queued runs; fairly, it

@@ -9,8 +9,15 @@ import anyio
 import pytest
 
 from corral._limits import Limits
-from corral.engine import Engine, Session
-from corral.errors import FileTooLarge, InvalidPath, SessionClosed, SessionDiskFull, SessionNotFound
+from corral.engine import Engine, ExecutionResult, RunEvent, Session
+from corral.errors import (
+    FileNotReturned,
+    FileTooLarge,
+    InvalidPath,
+    SessionClosed,
+    SessionDiskFull,
+    SessionNotFound,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
 
@@ -117,7 +124,7 @@ async def test_close_during_a_run_ends_it_promptly(engine: Engine) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
         with anyio.fail_after(5):
-            while not session._lock.locked():  # noqa: ASYNC110 - nothing signals "running"
+            while not session.busy:  # noqa: ASYNC110 - nothing signals "running"
                 await anyio.sleep(0.01)
         started = time.perf_counter()
         await session.close()
@@ -170,3 +177,84 @@ async def test_put_file_streams_chunks_and_a_failed_stream_writes_nothing(
         await session.put_file("streamed.bin", chunks(2, fail=True))
     assert (await session.get_file("streamed.bin"))[:1024] == b"A" * 1024  # old content kept
     assert [f.path for f in await session.list_files()] == ["streamed.bin"]  # no temp file
+
+
+async def test_results_list_the_files_the_run_created_or_changed(session: Session) -> None:
+    await session.put_file("kept.txt", b"untouched")
+    first = await session.run(
+        "import os\nos.makedirs('out', exist_ok=True)\n"
+        "open('out/o.txt', 'w').write('one')\nopen('log.txt', 'w').write('a')"
+    )
+    assert first.outcome == "ok", first.stderr
+    assert sorted(f.path for f in first.files) == ["log.txt", "out/o.txt"]
+    assert first.read_file("out/o.txt") == b"one"
+    second = await session.run("open('log.txt', 'a').write('b')\nopen('kept.txt').read()")
+    assert [(f.path, f.size) for f in second.files] == [("log.txt", 2)]  # appended; read only
+    assert second.read_file("log.txt") == b"ab"
+    with pytest.raises(FileNotReturned, match=r"'out/o\.txt' is not among"):
+        second.read_file("out/o.txt")
+    quiet = await session.run("x = 1")
+    assert quiet.files == ()
+
+
+async def test_sys_exit_in_a_session_keeps_its_state(session: Session) -> None:
+    await session.run("x = 5")
+    stopped = await session.run("import sys\nsys.exit(0)")
+    assert (stopped.outcome, stopped.exit_code, stopped.restarted) == ("ok", 0, False)
+    assert (await session.run("x")).text == "5"
+
+
+async def test_a_session_is_an_async_context_manager(engine: Engine) -> None:
+    async with await engine.open_session() as session:
+        assert (await session.run("6 * 7")).text == "42"
+    assert session.closed
+    with pytest.raises(SessionNotFound):
+        engine.get_session(session.id)
+
+
+async def test_a_caller_abandoning_a_run_leaves_the_session_usable(session: Session) -> None:
+    await session.run("open('kept.txt', 'w').write('k')\nx = 1")
+    executing = anyio.Event()
+
+    def on_event(event: RunEvent) -> None:
+        if event.phase == "executing":
+            executing.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: session.run("import time\ntime.sleep(60)", on_event=on_event))
+        with anyio.fail_after(10):
+            await executing.wait()
+        tg.cancel_scope.cancel()  # the caller's own scope, not the run's deadline
+    with anyio.fail_after(10):
+        after = await session.run("print(open('kept.txt').read())\n'x' in globals()")
+    assert (after.outcome, after.stdout, after.text) == ("ok", "k\n", "False")
+    assert after.restarted is True
+
+
+async def test_a_run_queued_behind_a_timed_out_one_gets_a_fresh_interpreter(
+    session: Session,
+) -> None:
+    await session.run("x = 1")
+    results: dict[str, ExecutionResult] = {}
+    executing = anyio.Event()
+
+    def on_event(event: RunEvent) -> None:
+        if event.phase == "executing":
+            executing.set()
+
+    async def slow() -> None:
+        code = "import time\ntry:\n    time.sleep(60)\nfinally:\n    time.sleep(0.3)"
+        results["slow"] = await session.run(code, limits=Limits(timeout=1), on_event=on_event)
+
+    async def queued() -> None:
+        with anyio.fail_after(10):
+            await executing.wait()
+        results["queued"] = await session.run("'x' in globals()")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(slow)
+        tg.start_soon(queued)
+    assert (results["slow"].outcome, results["slow"].restarted) == ("timeout", True)
+    queued_result = results["queued"]
+    assert (queued_result.outcome, queued_result.text) == ("ok", "False"), queued_result.stderr
+    assert queued_result.restarted is True

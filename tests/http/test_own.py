@@ -41,6 +41,25 @@ async def test_execute_in_a_session(client: httpx.AsyncClient) -> None:
     assert invalid.status_code == 422
 
 
+async def test_a_session_run_honours_its_timeout_capped_at_the_servers(
+    client: httpx.AsyncClient,
+) -> None:
+    session_id = await open_session(client)
+    await client.post("/v1/execute", json={"code": "x = 1", "sessionId": session_id})
+    late = await client.post(
+        "/v1/execute",
+        json={"code": "import time\ntime.sleep(30)", "sessionId": session_id, "timeout": 1},
+    )
+    body = late.json()
+    assert (body["outcome"], body["restarted"]) == ("timeout", True)
+    assert body["evidence"]["limits"]["timeout"] == 1
+    assert "1 s time limit" in body["stderr"]
+    capped = await client.post(
+        "/v1/execute", json={"code": "1", "sessionId": session_id, "timeout": 3600}
+    )
+    assert capped.json()["evidence"]["limits"]["timeout"] == 20  # the server's own (config)
+
+
 async def test_execute_checks_roles(
     engine: Engine, gateway_config: Config, make_client: MakeClient
 ) -> None:

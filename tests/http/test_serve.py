@@ -95,6 +95,14 @@ async def _flow(base_url: str) -> None:
         )
         assert out.json()["url"] == f"files/{bucket}/report/out.txt"
         assert (await c.get(f"/v1/files/{bucket}/report/out.txt")).content == b"HELLO"
+        late = await c.post(
+            "/v1/execute",
+            json={"sessionId": session_id, "code": "import time; time.sleep(30)", "timeout": 1},
+        )  # corral's own route: a session run keeps to the timeout it asks for
+        assert (late.json()["outcome"], late.json()["evidence"]["limits"]["timeout"]) == (
+            "timeout",
+            1,
+        )
         closed = await c.post(f"{OPS}/close_session", json={"sessionId": session_id})
         assert closed.json() == {"sessionId": session_id}
         gone = await c.post(f"{OPS}/get_session", json={"sessionId": session_id})

@@ -298,9 +298,6 @@ async def test_an_operator_cap_is_reported_in_results_not_descriptions(engine: E
     assert not any(isinstance(m, types.ToolListChangedNotification) for m in notes.seen)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="session results do not list changed files yet (issue 10 #4, engine part)"
-)
 async def test_code_session_takes_sources_and_returns_the_files_it_makes(engine: Engine) -> None:
     server = build_server(engine, options=McpOptions(embed_file_bytes=1000))
     async with Client(server, mode="legacy") as client:
@@ -335,3 +332,19 @@ async def test_code_session_takes_sources_and_returns_the_files_it_makes(engine:
             await client.read_resource("corral://session/files/..%2F..%2Fetc%2Fpasswd")
         with pytest.raises(MCPError):
             await client.read_resource("corral://session/files/missing.txt")
+
+
+async def test_code_interpreter_finds_a_source_under_its_own_name(engine: Engine) -> None:
+    async with Client(build_server(engine), mode="legacy") as client:
+        added = await call(client, "source_add", {"content": "n\n2\n5\n", "filename": "s.csv"})
+        source_id = added.structured_content["id"]
+        used = await call(
+            client,
+            "code_interpreter",
+            {
+                "summary": "s",
+                "sourceIds": [source_id],
+                "code": f"(open('s.csv').read(), input_assets[{source_id!r}]['name'])",
+            },
+        )
+    assert used.structured_content["result"] == {"text/plain": repr(("n\n2\n5\n", "s.csv"))}

@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--json", action="store_true", help="print the full result as JSON")
     run.add_argument("--config", metavar="FILE", help="corral.toml")
+    run.add_argument(
+        "args", nargs=argparse.REMAINDER, help="arguments for the code, in its sys.argv[1:]"
+    )
 
     commands.add_parser(
         "doctor", help="report the isolation features this kernel offers"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -20,10 +21,16 @@ from corral.errors import CorralError, SourceError
 __all__ = ["run_command"]
 
 
+def _argv(args: argparse.Namespace) -> list[str]:
+    """``sys.argv`` as ``python`` sets it: ``-c``, ``-`` or FILE, then the arguments."""
+    if args.code is not None:
+        # As with python -c, what follows the code is its arguments.
+        return ["-c", *([args.file] if args.file is not None else []), *args.args]
+    return [args.file or "-", *args.args]
+
+
 def _read_code(args: argparse.Namespace) -> str:
     if args.code is not None:
-        if args.file is not None:
-            raise ValueError("give either FILE or -c CODE, not both")
         return str(args.code)
     if args.file in (None, "-"):
         if args.file is None and sys.stdin.isatty():
@@ -41,7 +48,7 @@ def _inputs(paths: list[str]) -> tuple[list[Input], dict[str, str]]:
     for name in paths:
         path = Path(name)
         source = registry.add_attachment(path.read_bytes(), path.name)
-        inputs.append(registry.to_input(source))
+        inputs.append(dataclasses.replace(registry.to_input(source), name=path.name))
         names[source.id] = path.name
     return inputs, names
 
@@ -159,7 +166,9 @@ def run_command(args: argparse.Namespace) -> int:
         async with engine:
             # Live output for a person at a terminal; --json prints one document at the end.
             listener = None if args.json else _print_live
-            return await engine.run(code, inputs=inputs, limits=limits, on_output=listener)
+            return await engine.run(
+                code, inputs=inputs, limits=limits, argv=_argv(args), on_output=listener
+            )
 
     result = anyio.run(once)
     saved = None

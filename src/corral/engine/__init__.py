@@ -6,7 +6,7 @@ its ExecutionResults.
 """
 
 from corral._public import publish as _publish
-from corral.engine._engine import Engine, EngineStatistics
+from corral.engine._engine import Engine, EngineStatistics, SourceItem
 from corral.engine._inputs import Input, RunEvent, RunEventSink
 from corral.engine._result import (
     ErrorInfo,
@@ -37,6 +37,7 @@ __all__ = [
     "RunEvent",
     "RunEventSink",
     "Session",
+    "SourceItem",
     "stdlib_only",
 ]
 

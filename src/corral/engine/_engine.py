@@ -3,47 +3,40 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
-import time
-from collections import Counter
-from collections.abc import AsyncGenerator, Awaitable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 
 import corral
 from corral._limits import DEFAULT_LIMITS, Limits
 from corral._uids import DEFAULT_UID_RANGE, UidRange
 from corral.engine._inputs import Input, RunEventSink
-from corral.engine._job import Job, request_for, validate_request, watch_cancel
-from corral.engine._outcome import build_result
-from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outcome
+from corral.engine._job import Job
+from corral.engine._result import Evidence, ExecutionResult
+from corral.engine._runs import SHUTTING_DOWN, Runs, stop_message
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
 from corral.engine._session import Session, SessionManager
 from corral.engine._stream import OutputEvent, OutputListener, iterate
 from corral.engine._supervisor import supervise
 from corral.engine._supply import WorkerSupply, adopt_data_dir, stdlib_only
-from corral.errors import Busy, EngineClosed, WorkerError, ZygoteUnavailable
-from corral.sandbox import (
-    DEFAULT_PRELOAD,
-    Holder,
-    WarmPool,
-    Worker,
-    WorkerReport,
-    Zygote,
-)
+from corral.errors import WorkerError, ZygoteUnavailable
+from corral.sandbox import DEFAULT_PRELOAD, Holder, WarmPool, Zygote
 
-__all__ = ["Engine", "EngineStatistics"]
+__all__ = ["Engine", "EngineStatistics", "SourceItem"]
+
+SourceItem = str | os.PathLike[str] | bytes | tuple[str, bytes]
+"""A source for ``Engine.run(sources=...)``: a file's path, its bytes, or (name, bytes)."""
 
 logger = logging.getLogger("corral.engine")
 
 _MEMORY_POKE = 0.1  # seconds between memory-gate re-checks while jobs wait
 _CANCEL_GRACE = 5.0  # seconds for cancelled runs to kill their workers and answer
-SHUTTING_DOWN = "the server is shutting down"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,12 +106,9 @@ class Engine:
         self._stack: contextlib.AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._closing = False
-        self._outcomes: Counter[str] = Counter()
-        self.runtime = ""
+        self._runs = Runs(self._scheduler)
+        self._fresh = _FreshWorker(self)
         self._sessions: SessionManager | None = None
-        self._live: dict[Job, anyio.CancelScope] = {}
-        self._idle = anyio.Event()
-        self._draining = False
 
     # lifecycle -------------------------------------------------------------------------
 
@@ -150,7 +140,14 @@ class Engine:
             await stack.aclose()
             raise
         self._stack = stack
-        self._sessions = SessionManager(self)
+        self._sessions = SessionManager(
+            self._runs,
+            self._spawn_holder,
+            idle_timeout=self.session_idle_timeout,
+            disk_bytes=self.session_disk_bytes,
+        )
+        self._runs.task_group = self._tg
+        self._runs.open = True
         self._tg.start_soon(supervise, "the memory gate", self._poke_memory_gate)
         self._tg.start_soon(supervise, "session expiry", self._sessions.expire_loop)
 
@@ -165,7 +162,7 @@ class Engine:
         assert self._full.zygote is not None
         hello = self._full.zygote.hello
         versions = "; ".join(f"{k} {v}" for k, v in sorted(hello.get("versions", {}).items()))
-        self.runtime = f"corral {corral.__version__}; python {hello.get('python', '?')}" + (
+        self._runs.runtime = f"corral {corral.__version__}; python {hello.get('python', '?')}" + (
             f"; {versions}" if versions else ""
         )
 
@@ -183,11 +180,26 @@ class Engine:
         """Why runs cannot be served now ("" when they can): a zygote is down."""
         return "; ".join(z.failure for z in self._supplies() if z.failure)
 
+    async def drain(self, grace: float) -> None:
+        """Stop admitting work, let runs in flight finish within ``grace`` seconds, then
+        cancel the rest: they end ``cancelled``, "the server is shutting down". Call it
+        before ``aclose`` for a graceful stop."""
+        self._runs.draining = True
+        with anyio.move_on_after(grace):
+            await self._runs.wait_idle()
+        for job, scope in list(self._runs.live.items()):
+            job.stop_reason = SHUTTING_DOWN
+            job.cancelled_explicitly = True
+            scope.cancel()
+        with anyio.move_on_after(_CANCEL_GRACE):
+            await self._runs.wait_idle()
+
     async def aclose(self) -> None:
         """Stop admitting work, stop sessions and workers, stop the zygote; idempotent."""
         if self._stack is None or self._closing:
             return
         self._closing = True
+        self._runs.open = False
         with anyio.CancelScope(shield=True):
             if self._sessions is not None:
                 await self._sessions.close_all()
@@ -214,141 +226,79 @@ class Engine:
 
     @property
     def running(self) -> bool:
-        return self._stack is not None and not self._closing
+        return self._runs.open
 
-    def _check_open(self, *, admit: bool = True) -> None:
-        """Raises EngineClosed unless running (and, to ``admit`` new work, not draining)."""
-        if not self.running:
-            raise EngineClosed("the engine is not running (use `async with Engine()`)")
-        if admit and self._draining:
-            raise EngineClosed(SHUTTING_DOWN)
-
-    @contextlib.contextmanager
-    def tracked(self, job: Job, scope: anyio.CancelScope) -> Iterator[None]:
-        """Keep ``job`` among the runs in flight that ``drain`` waits for (shared with
-        sessions)."""
-        self._live[job] = scope
-        try:
-            yield
-        finally:
-            del self._live[job]
-            if not self._live:
-                self._idle.set()
-
-    async def _wait_idle(self) -> None:
-        while self._live:
-            if self._idle.is_set():  # spent by an earlier lull; concurrent waiters share one
-                self._idle = anyio.Event()
-            await self._idle.wait()
-
-    async def drain(self, grace: float) -> None:
-        """Stop admitting work, let runs in flight finish within ``grace`` seconds, then
-        cancel the rest: they end ``cancelled``, "the server is shutting down". Call it
-        before ``aclose`` for a graceful stop."""
-        self._draining = True
-        with anyio.move_on_after(grace):
-            await self._wait_idle()
-        for job, scope in list(self._live.items()):
-            job.stop_reason = SHUTTING_DOWN
-            job.cancelled_explicitly = True
-            scope.cancel()
-        with anyio.move_on_after(_CANCEL_GRACE):
-            await self._wait_idle()
+    @property
+    def runtime(self) -> str:
+        """corral's, Python's and the preloaded libraries' versions, as evidence records them."""
+        return self._runs.runtime
 
     # runs ------------------------------------------------------------------------------
 
     def evidence(self, code: str, inputs: Sequence[Input], limits: Limits) -> Evidence:
-        return Evidence(
-            code_sha256=hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest(),
-            runtime=self.runtime,
-            inputs=tuple(InputEvidence(i.id, i.text_sha256, i.original_sha256) for i in inputs),
-            limits=limits.as_dict(),
-        )
-
-    def refuse(
-        self, outcome: Outcome, message: str, evidence: Evidence, started: float
-    ) -> ExecutionResult:
-        """A result for a run that never reached a worker (not yet counted)."""
-        return ExecutionResult(
-            outcome=outcome,
-            message=message,
-            evidence=evidence,
-            elapsed_ms=(time.perf_counter() - started) * 1000.0,
-        )
+        """What a result for ``code`` records; for callers that refuse a call themselves."""
+        return self._runs.evidence(code, inputs, limits)
 
     async def run(
         self,
         code: str,
         *,
         inputs: Sequence[Input] = (),
+        sources: Sequence[SourceItem] = (),
         limits: Limits | None = None,
+        argv: Sequence[str] | None = None,
         on_event: RunEventSink | None = None,
+        on_output: OutputListener | None = None,
         cancel: anyio.Event | None = None,
         tenant: str = "",
-        on_output: OutputListener | None = None,
     ) -> ExecutionResult:
         """Run ``code`` once in a fresh worker.
 
         Args:
             code: Python source; the value of a trailing expression becomes ``result``.
             inputs: sources mounted read-only under ``/inputs``.
+            sources: file paths or bytes to mount as further inputs, each also under its base
+                name in the working folder; ``corral.Engine`` ingests them with
+                ``corral.sources`` (this layer cannot: it sits below it).
             limits: bounds for this call; the engine's default when None.
+            argv: ``sys.argv`` for the code (``[FILE, *args]``, which also sets ``__file__``);
+                ``["-c"]`` when None.
             on_event: receives metadata-only lifecycle events.
+            on_output: receives stdout and stderr chunks and display bundles as they come,
+                within the run's ceilings; the result is the same with or without it.
             cancel: set it to stop the run; the result then has outcome ``cancelled``.
             tenant: whose run this is (an API key's owner, an MCP session): waiting runs of
                 several tenants share the workers fairly.
-            on_output: receives stdout and stderr chunks and display bundles as they come,
-                within the run's ceilings; the result is the same with or without it.
 
         Raises:
-            EngineClosed: the engine is not running.
+            EngineClosed: the engine is not running (or is draining).
+            SourceError: a source could not be ingested (``corral.Engine`` only).
+            OSError: a source path could not be read.
+            TypeError: ``sources`` on an engine that cannot ingest them.
         """
-        self._check_open()
-        limits = limits or self.limits
-        started = time.perf_counter()
-        evidence = self.evidence(code, inputs, limits)
-        problem = validate_request(code, inputs, limits)
-        if problem:
-            self._outcomes["invalid_input"] += 1
-            return self.refuse("invalid_input", problem, evidence, started)
-        job = Job(started, limits, on_event, on_output)
-        deadline = anyio.current_time() + limits.timeout
-        result: ExecutionResult | None = None
-        try:
-            with anyio.CancelScope(deadline=deadline) as scope, self.tracked(job, scope):
-                async with watch_cancel(cancel, scope, job):
-                    try:
-                        async with self._scheduler.slot(on_queued=job.queued, tenant=tenant):
-                            job.admitted()
-                            result = await self._one_shot(job, code, inputs, evidence)
-                    except Busy as exc:
-                        result = self.refuse("busy", str(exc), evidence, started)
-                    except OSError as exc:
-                        # EMFILE, ENFILE, ENOMEM and the like: this run fails, the server goes on.
-                        logger.warning("a run failed in the server: %s", exc)
-                        message = f"the server could not run it: {exc}"
-                        result = self.refuse("worker_error", message, evidence, started)
-        except anyio.get_cancelled_exc_class():
-            self._outcomes["cancelled"] += 1  # the caller's own scope: it gets no result
-            raise
-        if result is None:
-            outcome: Outcome = "cancelled" if job.cancelled_explicitly else "timeout"
-            message = job.stop_reason or (
-                "the run was cancelled"
-                if outcome == "cancelled"
-                else f"the run exceeded its {limits.timeout:g} s time limit"
-            )
-            result = job.stopped(outcome, message, evidence)
-        self._outcomes[result.outcome] += 1
-        job.finished(result)
-        return result
+        self._runs.check_open()
+        if sources:
+            inputs = (*inputs, *await anyio.to_thread.run_sync(self._ingest, tuple(sources)))
+        return await self._runs.run(
+            self._fresh,
+            code,
+            inputs=inputs,
+            limits=limits or self.limits,
+            argv=argv,
+            on_event=on_event,
+            on_output=on_output,
+            cancel=cancel,
+            tenant=tenant,
+        )
 
     def stream(
         self,
         code: str,
         *,
         inputs: Sequence[Input] = (),
+        sources: Sequence[SourceItem] = (),
         limits: Limits | None = None,
+        argv: Sequence[str] | None = None,
         on_event: RunEventSink | None = None,
         cancel: anyio.Event | None = None,
         tenant: str = "",
@@ -363,93 +313,26 @@ class Engine:
 
         def start(listener: OutputListener, stop: anyio.Event) -> Awaitable[ExecutionResult]:
             return self.run(
-                code, inputs=inputs, limits=limits, on_event=on_event, cancel=stop,
-                on_output=listener, tenant=tenant,
+                code, inputs=inputs, sources=sources, limits=limits, argv=argv,
+                on_event=on_event, cancel=stop, on_output=listener, tenant=tenant,
             )  # fmt: skip
 
         return iterate(self._background(), start, cancel)
 
     def _background(self) -> anyio.abc.TaskGroup:
-        """The engine's task group, for work that outlives one call (streamed runs)."""
-        self._check_open()
-        assert self._tg is not None
-        return self._tg
+        """The engine's task group, for work that outlives one call (streamed runs).
 
-    async def _one_shot(
-        self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
-    ) -> ExecutionResult:
-        supply = self._full
-        if self._lean is not None and not inputs and stdlib_only(code):
-            supply = self._lean
-        pool, zygote = supply.pool, supply.zygote
-        if pool is None or zygote is None:
-            reason = supply.failure or "the zygote is restarting"
-            return job.stopped("worker_error", f"no worker can be started: {reason}", evidence)
-        try:
-            if job.limits.work_bytes == self.limits.work_bytes:
-                worker = await pool.take()
-            else:
-                # The size of /work is fixed when a worker is made: pooled ones have the
-                # engine's, so another size costs a worker of its own.
-                worker = await zygote.spawn(work_bytes=job.limits.work_bytes)
-                try:
-                    await worker.wait_ready()
-                except BaseException:
-                    worker.close()
-                    raise
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            return job.stopped("worker_error", "the zygote restarted; try again", evidence)
-        except (WorkerError, OSError) as exc:
-            return job.stopped("worker_error", f"no worker could be started: {exc}", evidence)
-        try:
-            return await self.execute_on(worker, job, code, inputs, evidence, session=False)
-        finally:
-            job.drain(worker)
-            worker.close()
+        Raises:
+            EngineClosed: the engine is not running.
+        """
+        return self._runs.background()
 
-    async def execute_on(
-        self,
-        worker: Worker,
-        job: Job,
-        code: str,
-        inputs: Sequence[Input],
-        evidence: Evidence,
-        *,
-        session: bool,
-    ) -> ExecutionResult:
-        """Send one request to ``worker`` and build the result (shared with sessions)."""
-        job.worker = worker
-        request = request_for(code, inputs, job.limits, anyio.current_effective_deadline())
-        if inputs:
-            files: list[tuple[str, bytes]] = []
-            for item in inputs:
-                files.append((f"{item.id}.txt", item.text))
-                if item.original is not None:
-                    files.append((f"{item.id}.orig", item.original))
-            try:
-                await worker.write_inputs(files, uid=worker.outer_id, gid=worker.outer_id)
-            except OSError as exc:
-                return job.stopped("invalid_input", f"the inputs do not fit: {exc}", evidence)
-        try:
-            report: WorkerReport = await worker.execute(
-                request, job.capture.stdout, job.capture.stderr, job.executing, job.displayed
-            )
-        except WorkerError as exc:
-            job.drain(worker)
-            logger.warning("worker %s failed: %s", worker.pid, exc)
-            return job.stopped("worker_error", f"the worker failed: {exc}", evidence)
-        try:
-            result = build_result(
-                "ok",
-                job.capture,
-                job.limits,
-                report=report,
-                evidence=evidence,
-                **job.timing(),
-            )
-        except WorkerError as exc:
-            return job.stopped("worker_error", f"the worker sent a bad report: {exc}", evidence)
-        return result
+    def _ingest(self, sources: Sequence[SourceItem]) -> list[Input]:
+        """Inputs for ``run(sources=...)``; ``corral.Engine`` overrides this with ingestion."""
+        raise TypeError(
+            "corral.engine.Engine cannot ingest sources (corral.sources sits above it): "
+            "use corral.Engine, or pass inputs= built with corral.sources"
+        )
 
     # sessions ----------------------------------------------------------------------------
 
@@ -460,26 +343,22 @@ class Engine:
 
         Raises:
             EngineClosed: the engine is not running.
+            SessionExists: ``session_id`` is taken.
         """
-        self._check_open()
+        self._runs.check_open()
         assert self._sessions is not None
         return await self._sessions.open(session_id=session_id, limits=limits or self.limits)
 
     def get_session(self, session_id: str) -> Session:
         """Raises: SessionNotFound."""
-        self._check_open(admit=False)
+        self._runs.check_open(admit=False)
         assert self._sessions is not None
         return self._sessions.get(session_id)
 
     def sessions(self) -> list[Session]:
         return [] if self._sessions is None else self._sessions.all()
 
-    async def spawn_holder(self) -> Holder:
-        """A session holder from the current zygote.
-
-        Raises:
-            ZygoteUnavailable: no zygote is running.
-        """
+    async def _spawn_holder(self) -> Holder:
         zygote = self._full.zygote
         if zygote is None:
             raise ZygoteUnavailable("no zygote")
@@ -497,17 +376,6 @@ class Engine:
                 raise
         return holder
 
-    def forget_session(self, session_id: str) -> None:
-        if self._sessions is not None:
-            self._sessions.forget(session_id)
-
-    @property
-    def scheduler(self) -> Scheduler:
-        return self._scheduler
-
-    def count_outcome(self, outcome: str) -> None:
-        self._outcomes[outcome] += 1
-
     def statistics(self) -> EngineStatistics:
         pools = [z.pool.statistics() for z in self._supplies() if z.pool is not None]
         sched = self._scheduler.statistics()
@@ -520,7 +388,59 @@ class Engine:
             pool_ready=sum(p.ready for p in pools),
             sessions=len(self.sessions()),
             zygote_restarts=sum(z.restarts for z in self._supplies()),
-            runs_by_outcome=dict(self._outcomes),
+            runs_by_outcome=dict(self._runs.outcomes),
             scheduler=sched,
             unavailable=self.unavailable,
         )
+
+
+class _FreshWorker:
+    """The target of one-shot runs: a fresh worker from a pool, closed after the run."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def serial(self) -> contextlib.AbstractAsyncContextManager[object]:
+        return contextlib.nullcontext()
+
+    def closing(self) -> anyio.Event | None:
+        return None
+
+    async def execute(
+        self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
+    ) -> ExecutionResult:
+        engine = self._engine
+        supply = engine._full
+        if engine._lean is not None and not inputs and stdlib_only(code):
+            supply = engine._lean
+        pool, zygote = supply.pool, supply.zygote
+        if pool is None or zygote is None:
+            reason = supply.failure or "the zygote is restarting"
+            return job.stopped("worker_error", f"no worker can be started: {reason}", evidence)
+        try:
+            if job.limits.work_bytes == engine.limits.work_bytes:
+                worker = await pool.take()
+            else:
+                # The size of /work is fixed when a worker is made: pooled ones have the
+                # engine's, so another size costs a worker of its own.
+                worker = await zygote.spawn(work_bytes=job.limits.work_bytes)
+                try:
+                    await worker.wait_ready()
+                except BaseException:
+                    worker.close()
+                    raise
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            return job.stopped("worker_error", "the zygote restarted; try again", evidence)
+        except (WorkerError, OSError) as exc:
+            return job.stopped("worker_error", f"no worker could be started: {exc}", evidence)
+        try:
+            return await engine._runs.execute_on(worker, job, code, inputs, evidence)
+        finally:
+            job.drain(worker)
+            worker.close()
+
+    async def interrupted(self, job: Job) -> None:
+        """Nothing to do: ``execute`` closes its worker however it ends."""
+
+    def stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
+        return job.stopped(*stop_message(job), evidence)

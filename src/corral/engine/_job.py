@@ -20,7 +20,12 @@ from corral.sandbox import InputSpec, RunLimits, RunRequest, Worker
 __all__ = ["Job", "cancel_on", "request_for", "validate_request", "watch_cancel"]
 
 
-def validate_request(code: str, inputs: Sequence[Input], limits: Limits) -> str:
+_MAX_ARGS = 256  # command-line arguments one run may pass to sys.argv
+
+
+def validate_request(
+    code: str, inputs: Sequence[Input], limits: Limits, argv: Sequence[str] | None = None
+) -> str:
     """The reason a request cannot run at all, or "" when it can."""
     if len(code) > limits.code_chars:
         return f"code has {len(code)} characters; the limit is {limits.code_chars}"
@@ -35,10 +40,31 @@ def validate_request(code: str, inputs: Sequence[Input], limits: Limits) -> str:
         return f"{len(inputs)} inputs; at most {limits.max_sources} may be mounted"
     if len({i.id for i in inputs}) != len(inputs):
         return "input ids must be unique"
+    named = [i.name for i in inputs if i.name]
+    if len(set(named)) != len(named):
+        twice = next(n for n in named if named.count(n) > 1)
+        return f"two inputs are named {twice!r}"
+    if argv is not None:
+        if not all(isinstance(a, str) for a in argv):
+            return "argv must be a list of strings"
+        if not argv or not argv[0]:
+            return "argv must start with the program's name"
+        if len(argv) > _MAX_ARGS:
+            return f"argv has {len(argv)} arguments; at most {_MAX_ARGS} are accepted"
+        if sum(len(a) for a in argv) > limits.code_chars:
+            return f"argv has more than {limits.code_chars} characters"
+        if any("\x00" in a for a in argv):
+            return "argv contains a NUL character"
     return ""
 
 
-def request_for(code: str, inputs: Sequence[Input], limits: Limits, deadline: float) -> RunRequest:
+def request_for(
+    code: str,
+    inputs: Sequence[Input],
+    limits: Limits,
+    deadline: float,
+    argv: Sequence[str] | None = None,
+) -> RunRequest:
     remaining = (
         max(0.0, deadline - anyio.current_time()) if math.isfinite(deadline) else (limits.timeout)
     )
@@ -57,15 +83,18 @@ def request_for(code: str, inputs: Sequence[Input], limits: Limits, deadline: fl
             output_chars=limits.output_chars,
         ),
         inputs=tuple(
-            InputSpec(id=i.id, media_type=i.media_type, original=i.original is not None)
+            InputSpec(
+                id=i.id, media_type=i.media_type, original=i.original is not None, name=i.name
+            )
             for i in inputs
         ),
+        argv=None if argv is None else tuple(argv),
     )
 
 
 @contextlib.asynccontextmanager
 async def watch_cancel(
-    event: anyio.Event | None, scope: anyio.CancelScope, job: Job, *more: anyio.Event
+    event: anyio.Event | None, scope: anyio.CancelScope, job: Job, *more: anyio.Event | None
 ) -> AsyncIterator[None]:
     """Cancel ``scope`` when ``event`` (or any of ``more``) is set, for the block's duration.
 
@@ -99,11 +128,14 @@ class Job:
         limits: Limits,
         on_event: RunEventSink | None,
         on_output: OutputListener | None = None,
+        *,
+        argv: Sequence[str] | None = None,
     ) -> None:
         self.started = started
         self.limits = limits
         self.capture = Capture(limits, None if on_output is None else OutputTap(on_output, limits))
         self._on_event = on_event
+        self.argv = argv
         self.admitted_at: float | None = None
         self.cancelled_explicitly = False
         self.worker: Worker | None = None

@@ -93,6 +93,8 @@ def build_result(
             error = ErrorInfo(done.error.type, done.error.message, done.error.traceback)
         display = tuple(report.display)
         files, file_data = _files(report)
+        if done.exit_code is not None:
+            timing.setdefault("exit_code", done.exit_code)
         timing.setdefault("cpu_ms", done.usage.cpu_ms)
         timing.setdefault("peak_rss_kb", done.usage.peak_rss_kb)
         if error is not None and outcome == "ok":

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
+from corral.errors import FileNotReturned
+
 __all__ = [
     "FAILURE_OUTCOMES",
     "ErrorInfo",
@@ -139,6 +141,8 @@ class ExecutionResult:
     """A session's interpreter was restarted before or by this run (its variables are gone)."""
     message: str = ""
     """Why the run ended this way, for outcomes other than ``ok`` and ``python_error``."""
+    exit_code: int | None = None
+    """The code passed to ``sys.exit`` (0 for ``sys.exit()``), or None if it was not called."""
     evidence: Evidence | None = None
     file_contents: Mapping[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
@@ -150,13 +154,31 @@ class ExecutionResult:
     def ok(self) -> bool:
         return self.outcome == "ok"
 
+    @property
+    def text(self) -> str | None:
+        """The ``text/plain`` form of the trailing expression's value, or None without one."""
+        if not self.result:
+            return None
+        plain = self.result.get("text/plain")
+        return plain if isinstance(plain, str) else None
+
     def read_file(self, path: str) -> bytes:
         """The bytes of a file listed in ``files``.
 
         Raises:
-            KeyError: the file is not listed, or its content exceeded the returned-bytes bound.
+            FileNotReturned: the file is not listed, or its content exceeded the
+                returned-bytes bound (``Limits.max_file_bytes``).
         """
-        return self.file_contents[path]
+        try:
+            return self.file_contents[path]
+        except KeyError:
+            pass
+        if any(info.path == path for info in self.files):
+            raise FileNotReturned(
+                f"{path!r} is listed, but its bytes were past the bound on returned file bytes"
+            )
+        listed = ", ".join(repr(info.path) for info in self.files[:5]) or "none"
+        raise FileNotReturned(f"{path!r} is not among this result's files (listed: {listed})")
 
     def as_dict(self) -> dict[str, Any]:
         """The full JSON shape of design.md §2 (plus resource use)."""
@@ -172,6 +194,7 @@ class ExecutionResult:
             "error": self.error.as_dict() if self.error else None,
             "message": self.message,
             "restarted": self.restarted,
+            "exit_code": self.exit_code,
             "elapsed_ms": round(self.elapsed_ms, 3),
             "queued_ms": round(self.queued_ms, 3),
             "cpu_ms": None if self.cpu_ms is None else round(self.cpu_ms, 3),

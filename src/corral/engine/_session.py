@@ -14,7 +14,15 @@ import dataclasses
 import os
 import secrets
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, Awaitable
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Sequence,
+)
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 import anyio
@@ -22,15 +30,16 @@ import anyio
 from corral._fs import DEFAULT_MAX_ENTRIES, Listing
 from corral._limits import Limits
 from corral.engine._files import SessionFiles
-from corral.engine._inputs import RunEventSink
-from corral.engine._job import Job, validate_request, watch_cancel
-from corral.engine._result import Evidence, ExecutionResult, FileInfo, Outcome
+from corral.engine._inputs import Input, RunEventSink
+from corral.engine._job import Job
+from corral.engine._result import Evidence, ExecutionResult, FileInfo
+from corral.engine._runs import Runs, stop_message
 from corral.engine._stream import OutputEvent, OutputListener, iterate
-from corral.errors import Busy, SessionClosed, SessionExists, SessionNotFound, WorkerError
+from corral.errors import SessionClosed, SessionExists, SessionNotFound, WorkerError
+from corral.sandbox import Holder, Worker
 
 if TYPE_CHECKING:
-    from corral.engine._engine import Engine
-    from corral.sandbox import Command, Holder, Worker
+    from corral.sandbox import Command
 
 __all__ = ["Session", "SessionManager"]
 
@@ -39,29 +48,139 @@ _CLOSE_GRACE = 5.0  # seconds for a run in progress to notice its session was ki
 _EXPIRY_TICK = 5.0  # seconds between idle-session sweeps
 
 
-class Session:
-    """One stateful interpreter; use ``run`` and the file methods, then ``close``."""
+class _Interpreter:
+    """A session's side of the run path: its holder, its one interpreter, its run lock."""
 
-    def __init__(self, engine: Engine, session_id: str, holder: Holder, limits: Limits) -> None:
+    def __init__(self, runs: Runs, session_id: str, holder: Holder) -> None:
+        self._runs = runs
+        self.session_id = session_id
+        self.holder = holder
+        self.lock = anyio.Lock()
+        self.worker: Worker | None = None
+        self.restart_note = False
+        self.closed = False
+        self.closing_event = anyio.Event()
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise SessionClosed(f"session {self.session_id} is closed")
+
+    @contextlib.asynccontextmanager
+    async def serial(self) -> AsyncIterator[object]:
+        async with self.lock:
+            self.check_open()
+            yield self
+
+    def closing(self) -> anyio.Event:
+        return self.closing_event
+
+    async def execute(
+        self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
+    ) -> ExecutionResult:
+        if self.worker is None:
+            self.worker = await self.holder.start_interpreter()
+        job.restarted = self.restart_note
+        self.restart_note = False
+        result = await self._runs.execute_on(self.worker, job, code, inputs, evidence)
+        if result.outcome == "worker_error":
+            await self.discard()
+            result = dataclasses.replace(result, restarted=True)
+        return result
+
+    async def interrupted(self, job: Job) -> None:
+        # Deadline, cancel or a caller gone mid-run: the code may still be running. Interrupt
+        # it so its finally blocks run, then replace the interpreter (files stay).
+        worker = job.worker
+        if worker is None or self.closed:
+            return
+        worker.interrupt()
+        with anyio.move_on_after(_INTERRUPT_GRACE):
+            await worker.wait_readable()
+        job.drain(worker)
+        await self.discard()
+        job.restarted = True
+
+    async def discard(self) -> None:
+        with anyio.CancelScope(shield=True):
+            worker, self.worker = self.worker, None
+            if worker is not None:
+                with contextlib.suppress(WorkerError):
+                    await self.holder.kill_interpreter()
+                worker.close()
+            self.restart_note = True
+
+    def stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
+        outcome, what = stop_message(job)
+        if self.closed:
+            return job.stopped(outcome, "the session was closed while the code ran", evidence)
+        if job.worker is None:
+            message = f"{what} before the code started; the session is unchanged"
+        else:
+            message = f"{what}; the interpreter was restarted: variables are lost, files are kept"
+        return job.stopped(outcome, message, evidence)
+
+    async def close(self) -> None:
+        self.closed = True
+        # A run in progress is cancelled and its interpreter killed; the descriptors are
+        # released only after the run has ended, so no task ever waits on a closed one.
+        self.closing_event.set()
+        self.holder.kill()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_GRACE):
+            async with self.lock:
+                pass
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+        self.holder.close()
+
+
+class Session:
+    """One stateful interpreter; use ``run`` and the file methods, then ``close``.
+
+    Use as ``async with await engine.open_session() as session:``; leaving the block closes it.
+    """
+
+    def __init__(
+        self,
+        runs: Runs,
+        session_id: str,
+        holder: Holder,
+        limits: Limits,
+        *,
+        disk_bytes: int,
+        idle_timeout: float,
+        on_close: Callable[[str], None],
+    ) -> None:
         self.id = session_id
+        self._idle_timeout = idle_timeout
         self.limits = limits
         self.created_at = time.time()
         self.last_used = time.monotonic()
-        self._engine = engine
-        self._holder = holder
-        self._lock = anyio.Lock()
-        self._worker: Worker | None = None
-        self._restart_note = False
+        self._runs = runs
+        self._interpreter = _Interpreter(runs, session_id, holder)
         self._data_fd = holder.open_data_dir()
-        self.files = SessionFiles(
-            self._data_fd, holder.outer_id, holder.outer_id, engine.session_disk_bytes
-        )
-        self.closed = False
-        self._closing = anyio.Event()
+        self.files = SessionFiles(self._data_fd, holder.outer_id, holder.outer_id, disk_bytes)
+        self._on_close = on_close
 
-    def _check_open(self) -> None:
-        if self.closed:
-            raise SessionClosed(f"session {self.id} is closed")
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._interpreter.closed
+
+    @property
+    def busy(self) -> bool:
+        """A run holds or waits for the interpreter."""
+        return self._interpreter.lock.locked()
 
     def touch(self) -> None:
         # Never backwards: hold_for may have moved it ahead.
@@ -73,7 +192,7 @@ class Session:
         For front ends whose sessions have a lifetime of their own (an E2B sandbox's
         ``timeout``); afterwards the usual idle expiry applies again.
         """
-        held = time.monotonic() + seconds - self._engine.session_idle_timeout
+        held = time.monotonic() + seconds - self._idle_timeout
         self.last_used = max(self.last_used, held)
 
     async def run(
@@ -82,12 +201,13 @@ class Session:
         *,
         limits: Limits | None = None,
         on_event: RunEventSink | None = None,
-        cancel: anyio.Event | None = None,
         on_output: OutputListener | None = None,
+        cancel: anyio.Event | None = None,
         tenant: str = "",
     ) -> ExecutionResult:
         """Run ``code`` in this session's interpreter; state persists between runs.
 
+        The result lists the files the run created or changed in the session's folder.
         ``on_output`` receives output while the code runs, as for ``Engine.run``; ``tenant``
         names whose run this is, for fair scheduling (see ``Engine.run``).
 
@@ -95,40 +215,22 @@ class Session:
             SessionClosed: the session was closed or expired.
             EngineClosed: the engine is not running.
         """
-        self._check_open()
-        self._engine._check_open()
+        self._interpreter.check_open()
         self.touch()
-        limits = limits or self.limits
-        started = time.perf_counter()
-        evidence = self._engine.evidence(code, (), limits)
-        problem = validate_request(code, (), limits)
-        if problem:
-            self._engine.count_outcome("invalid_input")
-            return self._engine.refuse("invalid_input", problem, evidence, started)
-        job = Job(started, limits, on_event, on_output)
-        result: ExecutionResult | None = None
-        deadline = anyio.current_time() + limits.timeout
-        with anyio.CancelScope(deadline=deadline) as scope, self._engine.tracked(job, scope):
-            async with watch_cancel(cancel, scope, job, self._closing):
-                try:
-                    async with self._lock:
-                        self._check_open()
-                        slot = self._engine.scheduler.slot(on_queued=job.queued, tenant=tenant)
-                        async with slot:
-                            job.admitted()
-                            result = await self._execute(job, code, evidence)
-                except Busy as exc:
-                    result = self._engine.refuse("busy", str(exc), evidence, started)
-                except OSError as exc:
-                    # EMFILE, ENFILE, ENOMEM and the like: this run fails, the server goes on.
-                    message = f"the server could not run it: {exc}"
-                    result = self._engine.refuse("worker_error", message, evidence, started)
-        if result is None:
-            result = await self._stopped(job, evidence)
-        self._engine.count_outcome(result.outcome)
-        job.finished(result)
-        self.touch()
-        return result
+        try:
+            return await self._runs.run(
+                self._interpreter,
+                code,
+                inputs=(),
+                limits=limits or self.limits,
+                argv=None,
+                on_event=on_event,
+                on_output=on_output,
+                cancel=cancel,
+                tenant=tenant,
+            )
+        finally:
+            self.touch()
 
     def stream(
         self,
@@ -147,7 +249,7 @@ class Session:
             SessionClosed: the session was closed or expired.
             EngineClosed: the engine is not running, or stopped during the run.
         """
-        self._check_open()
+        self._interpreter.check_open()
 
         def start(listener: OutputListener, stop: anyio.Event) -> Awaitable[ExecutionResult]:
             return self.run(
@@ -155,50 +257,7 @@ class Session:
                 tenant=tenant,
             )  # fmt: skip
 
-        return iterate(self._engine._background(), start, cancel)
-
-    async def _execute(self, job: Job, code: str, evidence: Evidence) -> ExecutionResult:
-        if self._worker is None:
-            self._worker = await self._holder.start_interpreter()
-        job.restarted = self._restart_note
-        self._restart_note = False
-        result = await self._engine.execute_on(self._worker, job, code, (), evidence, session=True)
-        if result.outcome == "worker_error":
-            await self._discard_interpreter()
-            result = dataclasses.replace(result, restarted=True)
-        return result
-
-    async def _discard_interpreter(self) -> None:
-        with anyio.CancelScope(shield=True):
-            worker, self._worker = self._worker, None
-            if worker is not None:
-                with contextlib.suppress(WorkerError):
-                    await self._holder.kill_interpreter()
-                worker.close()
-            self._restart_note = True
-
-    async def _stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
-        outcome: Outcome = "cancelled" if job.cancelled_explicitly else "timeout"
-        what = job.stop_reason or (
-            "the run was cancelled"
-            if outcome == "cancelled"
-            else f"the run exceeded its {job.limits.timeout:g} s time limit"
-        )
-        if self.closed:
-            return job.stopped(outcome, "the session was closed while the code ran", evidence)
-        if job.worker is None:
-            message = f"{what} before the code started; the session is unchanged"
-            return job.stopped(outcome, message, evidence)
-        worker = job.worker
-        with anyio.CancelScope(shield=True):
-            worker.interrupt()
-            with anyio.move_on_after(_INTERRUPT_GRACE):
-                await worker.wait_readable()
-            job.drain(worker)
-            await self._discard_interpreter()
-        job.restarted = True
-        message = f"{what}; the interpreter was restarted: variables are lost, files are kept"
-        return job.stopped(outcome, message, evidence)
+        return iterate(self._runs.background(), start, cancel)
 
     async def start_command(
         self, argv: list[str], env: dict[str, str], cwd: str, *, cpu_seconds: int
@@ -213,31 +272,31 @@ class Session:
             SessionClosed: the session was closed or expired.
             WorkerCrashed: the session refused it (too many commands) or is gone.
         """
-        self._check_open()
+        self._interpreter.check_open()
         self.touch()
-        return await self._holder.start_command(
+        return await self._interpreter.holder.start_command(
             argv, env, cwd, memory_bytes=self.limits.memory_bytes, cpu_seconds=cpu_seconds
         )
 
     async def put_file(self, path: str, data: bytes | AsyncIterable[bytes]) -> FileInfo:
-        self._check_open()
+        self._interpreter.check_open()
         self.touch()
         return await self.files.put(path, data)
 
     async def get_file(self, path: str, max_bytes: int | None = None) -> bytes:
-        self._check_open()
+        self._interpreter.check_open()
         self.touch()
         return await self.files.get(path, max_bytes)
 
     async def list_files(self, *, max_entries: int = DEFAULT_MAX_ENTRIES) -> Listing:
         """The session's regular files, sorted: at most ``max_entries``; ``truncated`` says
         whether there were more (or the walk met its bound first)."""
-        self._check_open()
+        self._interpreter.check_open()
         self.touch()
         return await self.files.list(max_entries)
 
     async def delete_file(self, path: str) -> None:
-        self._check_open()
+        self._interpreter.check_open()
         self.touch()
         await self.files.delete(path)
 
@@ -245,38 +304,45 @@ class Session:
         """Stop the interpreter and the holder; the session's files are deleted. Idempotent."""
         if self.closed:
             return
-        self.closed = True
-        # A run in progress is cancelled and its interpreter killed; the descriptors are
-        # released only after the run has ended, so no task ever waits on a closed one.
-        self._closing.set()
-        self._holder.kill()
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_GRACE):
-            async with self._lock:
-                pass
-        if self._worker is not None:
-            self._worker.close()
-            self._worker = None
-        self._holder.close()
+        await self._interpreter.close()
         with contextlib.suppress(OSError):
             os.close(self._data_fd)
-        self._engine.forget_session(self.id)
+        self._on_close(self.id)
 
 
 class SessionManager:
     """The engine's sessions by id, and their idle expiry."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(
+        self,
+        runs: Runs,
+        spawn_holder: Callable[[], Awaitable[Holder]],
+        *,
+        idle_timeout: float,
+        disk_bytes: int,
+    ) -> None:
+        self._runs = runs
+        self._spawn_holder = spawn_holder
+        self._idle_timeout = idle_timeout
+        self._disk_bytes = disk_bytes
         self._sessions: dict[str, Session] = {}
 
     async def open(self, *, session_id: str | None, limits: Limits) -> Session:
         session_id = session_id or secrets.token_urlsafe(16)
         if session_id in self._sessions:
             raise SessionExists(f"session {session_id} already exists")
-        holder = await self._engine.spawn_holder()
+        holder = await self._spawn_holder()
         try:
             await holder.wait_ready()
-            session = Session(self._engine, session_id, holder, limits)
+            session = Session(
+                self._runs,
+                session_id,
+                holder,
+                limits,
+                disk_bytes=self._disk_bytes,
+                idle_timeout=self._idle_timeout,
+                on_close=self.forget,
+            )
         except BaseException:
             holder.close()
             raise
@@ -301,9 +367,9 @@ class SessionManager:
             await self.expire_idle()
 
     async def expire_idle(self) -> None:
-        cutoff = time.monotonic() - self._engine.session_idle_timeout
+        cutoff = time.monotonic() - self._idle_timeout
         for session in list(self._sessions.values()):
-            if session.last_used < cutoff and not session._lock.locked():
+            if session.last_used < cutoff and not session.busy:
                 await session.close()
 
     async def close_all(self) -> None:

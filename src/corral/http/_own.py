@@ -22,7 +22,7 @@ class ExecuteRequest(BaseModel):
     code: str
     sessionId: str | None = None
     timeout: float | None = Field(default=None, gt=0)
-    """Seconds for a one-shot run, at most the server's own timeout."""
+    """Seconds for the run (one-shot or in a session), at most the server's own timeout."""
 
 
 router = APIRouter(route_class=MappedRoute)
@@ -36,11 +36,14 @@ async def execute(body: ExecuteRequest, request: Request) -> Response:
     """The full execution result of design.md §2; 503 with ``Retry-After`` when busy."""
     state, caller = state_of(request), caller_of(request)
     state.keyring.require_code_role(caller)
+    limits = state.config.limits()
+    if body.timeout is not None:
+        limits = limits.replace(timeout=min(body.timeout, limits.timeout))
     if body.sessionId is not None:
         session = state.registry.lookup(caller.owner, body.sessionId)
         cancel = state.registry.cancel_event(caller.owner, body.sessionId)
         try:
-            result = await session.run(body.code, cancel=cancel, tenant=caller.owner)
+            result = await session.run(body.code, limits=limits, cancel=cancel, tenant=caller.owner)
         except Exception:
             if state.registry.is_closed(caller.owner, session, body.sessionId):
                 not_found(body.sessionId)
@@ -48,9 +51,6 @@ async def execute(body: ExecuteRequest, request: Request) -> Response:
         if state.registry.is_closed(caller.owner, session, body.sessionId):
             not_found(body.sessionId)
     else:
-        limits = state.config.limits()
-        if body.timeout is not None:
-            limits = limits.replace(timeout=min(body.timeout, limits.timeout))
         result = await state.engine.run(body.code, limits=limits, tenant=caller.owner)
     state.metrics.observe("execute", result.outcome, result.elapsed_ms)
     if result.outcome == "busy":

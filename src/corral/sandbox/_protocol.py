@@ -67,6 +67,7 @@ _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes inc
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _DONE_OVERHEAD = 64 * 1024  # bytes for keys, numbers and the short fields of a Done frame
 _FILE_OVERHEAD = 256  # bytes per file entry besides its path
+_EXIT_CODE_BOUND = 1 << 31  # a sys.exit status beyond a C int is no exit status
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +91,8 @@ class InputSpec:
     id: str
     media_type: str
     original: bool
+    name: str = ""
+    """The source's base name, under which it also appears in the working folder."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,6 +100,8 @@ class RunRequest:
     code: str
     limits: RunLimits
     inputs: tuple[InputSpec, ...] = ()
+    argv: tuple[str, ...] | None = None
+    """``sys.argv`` for the code; ``("-c",)`` when None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +162,8 @@ class Done:
     display_omitted: int = 0
     files: tuple[FileReport, ...] = ()
     files_omitted: int = 0
+    exit_code: int | None = None
+    """What the code passed to ``sys.exit``, when it called it."""
     usage: Usage = Usage(0.0, 0)
 
 
@@ -231,6 +238,7 @@ def encode_message(message: WorkerMessage | RunRequest) -> bytes:
                 "display_omitted": message.display_omitted,
                 "files": [[f.path, f.size, f.sha256, f.content] for f in message.files],
                 "files_omitted": message.files_omitted,
+                "exit_code": message.exit_code,
                 "usage": [message.usage.cpu_ms, message.usage.peak_rss_kb],
             }
         )
@@ -241,7 +249,8 @@ def encode_message(message: WorkerMessage | RunRequest) -> bytes:
                 "t": "run",
                 "code": message.code,
                 "limits": {name: getattr(limits, name) for name in RunLimits.__slots__},
-                "inputs": [[i.id, i.media_type, i.original] for i in message.inputs],
+                "inputs": [[i.id, i.media_type, i.original, i.name] for i in message.inputs],
+                "argv": None if message.argv is None else list(message.argv),
             }
         )
     return encode_json({"t": "ready" if isinstance(message, Ready) else "started"})
@@ -268,8 +277,10 @@ def decode_request(payload: bytes) -> RunRequest:
         code=str(raw["code"]),
         limits=RunLimits(**{name: int(limits[name]) for name in RunLimits.__slots__}),
         inputs=tuple(
-            InputSpec(id=str(i), media_type=str(m), original=bool(o)) for i, m, o in raw["inputs"]
+            InputSpec(id=str(i), media_type=str(m), original=bool(o), name=str(n))
+            for i, m, o, n in raw["inputs"]
         ),
+        argv=None if raw.get("argv") is None else tuple(str(a) for a in raw["argv"]),
     )
 
 
@@ -324,6 +335,13 @@ def _done(raw: dict[str, Any]) -> Done:
     if isinstance(cpu, bool) or not isinstance(cpu, int | float) or not 0 <= cpu < 1e15:
         raise WorkerProtocolError("usage is malformed")
     result = raw.get("result")
+    exit_code = raw.get("exit_code")
+    if exit_code is not None and (
+        isinstance(exit_code, bool)
+        or not isinstance(exit_code, int)
+        or not -_EXIT_CODE_BOUND <= exit_code < _EXIT_CODE_BOUND
+    ):
+        raise WorkerProtocolError("exit code is malformed")
     return Done(
         result=None if result is None else check_bundle(result, "result"),
         plain=fitted,
@@ -331,6 +349,7 @@ def _done(raw: dict[str, Any]) -> Done:
         display_omitted=_int(raw.get("display_omitted"), "display omitted"),
         files=tuple(entries),
         files_omitted=_int(raw.get("files_omitted"), "files omitted"),
+        exit_code=exit_code,
         usage=Usage(float(cpu), _int(rss, "peak RSS")),
     )
 

@@ -10,6 +10,7 @@ import pytest
 
 from corral._limits import Limits
 from corral.engine import Engine
+from corral.errors import FileNotReturned
 
 pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
 
@@ -182,7 +183,7 @@ async def test_files_left_in_work_come_back(engine: Engine) -> None:
         assert info.size == len(data)
         assert info.sha256 == hashlib.sha256(data).hexdigest()
         assert result.read_file(info.path) == data
-    with pytest.raises(KeyError):
+    with pytest.raises(FileNotReturned):
         result.read_file("/tmp/scratch.txt")
 
 
@@ -198,3 +199,69 @@ async def test_file_count_and_returned_bytes_are_bounded(engine: Engine) -> None
     assert len(returned) == 2  # 2 * 400 bytes fit in 1000, a third would not
     for path in returned:
         assert result.read_file(path) == b"x" * 400
+
+
+async def test_sys_exit_zero_is_ok_with_exit_code_zero(engine: Engine) -> None:
+    for code in ("import sys\nprint('bye')\nsys.exit(0)", "import sys; sys.exit()", "exit()"):
+        result = await engine.run(code + "\nprint('not reached')", limits=LIMITS)
+        assert (result.outcome, result.exit_code, result.stderr) == ("ok", 0, ""), code
+        assert "not reached" not in result.stdout
+        assert result.error is None
+        assert result.as_dict()["exit_code"] == 0
+
+
+async def test_sys_exit_with_a_status_is_a_python_error_carrying_it(engine: Engine) -> None:
+    result = await engine.run("import sys\nsys.exit(3)", limits=LIMITS)
+    assert (result.outcome, result.exit_code) == ("python_error", 3)
+    assert result.error is not None
+    assert (result.error.type, result.error.message, result.error.traceback) == (
+        "SystemExit",
+        "3",
+        "",
+    )
+    assert result.stderr == ""  # as python prints nothing for a numeric status
+    said = await engine.run("raise SystemExit('cannot go on')", limits=LIMITS)
+    assert (said.outcome, said.exit_code, said.stderr) == ("python_error", 1, "cannot go on\n")
+    plain = await engine.run("print('done')", limits=LIMITS)
+    assert plain.exit_code is None  # sys.exit was never called
+
+
+async def test_argv_and_file_are_those_of_a_script(engine: Engine) -> None:
+    code = "import sys\nsys.argv, globals().get('__file__')"
+    inline = await engine.run(code, limits=LIMITS)
+    assert inline.result == {"text/plain": "(['-c'], None)"}
+    script = await engine.run(code, limits=LIMITS, argv=["report.py", "--year", "2024"])
+    assert script.result == {"text/plain": "(['report.py', '--year', '2024'], '/work/report.py')"}
+    failing = await engine.run("x = 1\n1 / 0", limits=LIMITS, argv=["report.py"])
+    assert failing.error is not None
+    assert 'File "report.py", line 2, in <module>' in failing.error.traceback
+    bad = await engine.run("1", limits=LIMITS, argv=["x", "nul\x00"])
+    assert (bad.outcome, bad.message) == ("invalid_input", "argv contains a NUL character")
+
+
+async def test_input_fails_in_one_clear_line_without_corral_frames(engine: Engine) -> None:
+    result = await engine.run("name = input('name? ')", limits=LIMITS)
+    assert result.outcome == "python_error"
+    assert result.error is not None
+    assert result.error.type == "EOFError"
+    assert result.error.message == "input() is not available: the program has no stdin"
+    assert result.stderr == (
+        "Traceback (most recent call last):\n"
+        '  File "<cell>", line 1, in <module>\n'
+        "    name = input('name? ')\n"
+        "            ^^^^^^^^^^^^^^^\n"
+        "EOFError: input() is not available: the program has no stdin\n"
+    )
+    assert "corral" not in result.stderr
+
+
+async def test_chained_tracebacks_show_only_user_frames(engine: Engine) -> None:
+    code = (
+        "def f():\n    try:\n        input()\n"
+        "    except EOFError as e:\n        raise ValueError('no') from e\nf()"
+    )
+    result = await engine.run(code, limits=LIMITS)
+    assert result.error is not None
+    assert "corral" not in result.error.traceback
+    assert "The above exception was the direct cause" in result.error.traceback
+    assert 'File "<cell>", line 3, in f' in result.error.traceback

@@ -13,16 +13,26 @@ import base64
 import builtins
 import io
 import linecache
+import os
 import sys
 import traceback
 import types
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CellOutput", "Display", "execute_cell", "install_display"]
+__all__ = [
+    "CellOutput",
+    "Display",
+    "execute_cell",
+    "install_display",
+    "no_input",
+    "prepare_script",
+]
 
 CELL_FILENAME = "<cell>"
-_THIS_FILE = __file__
+_CORRAL_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+"""corral's package folder (this is corral/sandbox/inside/_cell.py): frames from files under
+it are corral's, never shown in a user's traceback."""
 
 
 class Display:
@@ -122,23 +132,49 @@ def flush_figures(display: Display) -> None:
     plt.close("all")
 
 
+def no_input(prompt: object = "") -> str:
+    """``input()`` in a worker: there is nobody to answer."""
+    raise EOFError("input() is not available: the program has no stdin")
+
+
+def prepare_script(namespace: dict[str, Any], argv: object, cwd: str) -> str:
+    """Set ``sys.argv`` (and ``__file__`` for a script) as ``python`` would; return the name
+    tracebacks give the code.
+
+    ``argv`` is ``["-c"]`` for inline code, ``["-"]`` for standard input, ``[FILE, *args]``
+    for a script; ``__file__`` is the script's name in the working folder, where a script
+    finds files beside it.
+    """
+    args = [a for a in argv if isinstance(a, str)] if isinstance(argv, list | tuple) else []
+    if not args or not args[0]:
+        args = ["-c"]
+    sys.argv = args
+    if args[0] in ("-c", "-"):
+        namespace.pop("__file__", None)
+        return CELL_FILENAME
+    namespace["__file__"] = os.path.join(cwd, os.path.basename(args[0]))
+    return args[0]
+
+
 class CellOutput:
-    __slots__ = ("error", "result")
+    __slots__ = ("error", "exit_code", "result")
 
     def __init__(self) -> None:
         self.result: dict[str, Any] | str = ""
         self.error: dict[str, str] | None = None
+        self.exit_code: int | None = None
+        """Set when the code raised SystemExit, as the interpreter would exit."""
 
 
-def _split(code: str) -> tuple[types.CodeType, types.CodeType | None]:
-    tree = ast.parse(code, CELL_FILENAME, "exec")
+def _split(code: str, filename: str) -> tuple[types.CodeType, types.CodeType | None]:
+    tree = ast.parse(code, filename, "exec")
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     last: types.CodeType | None = None
     final = tree.body[-1] if tree.body else None
     if isinstance(final, ast.Expr) and not code.rstrip().endswith(";"):
         tree.body.pop()
-        last = compile(ast.Expression(final.value), CELL_FILENAME, "eval", flags=flags)
-    return compile(tree, CELL_FILENAME, "exec", flags=flags), last
+        last = compile(ast.Expression(final.value), filename, "eval", flags=flags)
+    return compile(tree, filename, "exec", flags=flags), last
 
 
 def _run(code: types.CodeType, namespace: dict[str, Any]) -> Any:
@@ -151,31 +187,68 @@ def _run(code: types.CodeType, namespace: dict[str, Any]) -> Any:
     return value
 
 
+def _drop_corral_frames(te: traceback.TracebackException, seen: set[int]) -> None:
+    """Remove corral's own frames from ``te`` and every exception chained to it."""
+    if id(te) in seen:
+        return
+    seen.add(id(te))
+    kept = [frame for frame in te.stack if not frame.filename.startswith(_CORRAL_DIR)]
+    te.stack = traceback.StackSummary.from_list(kept)
+    for chained in (te.__cause__, te.__context__):
+        if chained is not None:
+            _drop_corral_frames(chained, seen)
+
+
 def _user_traceback(exc: BaseException) -> str:
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == _THIS_FILE:
-        tb = tb.tb_next
     if isinstance(exc, SyntaxError):
         return "".join(traceback.format_exception_only(type(exc), exc))
-    return "".join(traceback.format_exception(type(exc), exc, tb))
+    te = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
+    _drop_corral_frames(te, set())
+    return "".join(te.format())
+
+
+def _exit(out: CellOutput, exc: SystemExit, on_error: Callable[[str], None]) -> None:
+    """What ``python FILE`` does on SystemExit: 0 is success, a number is the exit status
+    (nothing printed), anything else is printed and exits 1."""
+    code = exc.code
+    if code is None or (isinstance(code, int) and not isinstance(code, bool) and code == 0):
+        out.exit_code = 0
+        return
+    if isinstance(code, int):
+        out.exit_code = int(code)
+        message = str(out.exit_code)
+    else:
+        out.exit_code = 1
+        message = str(code)
+        on_error(message + "\n")
+    out.error = {"type": "SystemExit", "message": message, "traceback": ""}
 
 
 def execute_cell(
-    code: str, namespace: dict[str, Any], display: Display, on_error: Callable[[str], None]
+    code: str,
+    namespace: dict[str, Any],
+    display: Display,
+    on_error: Callable[[str], None],
+    filename: str = CELL_FILENAME,
 ) -> CellOutput:
-    """Run one cell in ``namespace``; exceptions become ``CellOutput.error``."""
+    """Run one cell in ``namespace``; exceptions become ``CellOutput.error``.
+
+    ``filename`` names the code in tracebacks (a script's path, or ``<cell>``).
+    """
     out = CellOutput()
     lines = code.splitlines(keepends=True)
-    linecache.cache[CELL_FILENAME] = (len(code), None, lines, CELL_FILENAME)
+    linecache.cache[filename] = (len(code), None, lines, filename)
     try:
-        body, last = _split(code)
+        body, last = _split(code, filename)
         _run(body, namespace)
         if last is not None:
             value = _run(last, namespace)
             if value is not None:
                 namespace["_"] = value
                 out.result = display.bundle(value)
-    except BaseException as exc:  # noqa: BLE001 - user code may raise anything, SystemExit too
+    except SystemExit as exc:
+        _exit(out, exc, on_error)
+    except BaseException as exc:  # noqa: BLE001 - user code may raise anything
         text = _user_traceback(exc)
         on_error(text)
         out.error = {"type": type(exc).__name__, "message": str(exc), "traceback": text}

@@ -39,9 +39,10 @@ from corral.sandbox._protocol import (
     write_frames_sync,
 )
 from corral.sandbox.inside import _isolate
-from corral.sandbox.inside._cell import CellOutput, Display, execute_cell
+from corral.sandbox.inside._cell import CellOutput, Display, execute_cell, no_input, prepare_script
 from corral.sandbox.inside._fitting import DisplaySender, clip, fit_result
 from corral.sandbox.inside._walk import collect_files
+from corral.sandbox.inside._workdir import Snapshot, changed_since, link_sources, snapshot
 
 __all__ = [
     "DISPLAY",
@@ -62,10 +63,6 @@ _STARTED = encode_message(Started())
 
 StaticLimits = dict[str, int]
 """work_bytes, pids, file_bytes, open_files: fixed when the worker is created."""
-
-
-def _no_input(prompt: object = "") -> str:
-    raise EOFError("input() is not available: corral runs code non-interactively")
 
 
 def _reseed() -> None:
@@ -103,6 +100,7 @@ def _inputs(items: tuple[InputSpec, ...]) -> tuple[dict[str, str], dict[str, Any
             "text": text_path,
             "original": f"/inputs/{item.id}.orig" if item.original else None,
             "media_type": item.media_type,
+            "name": item.name or None,
         }
     return files, assets
 
@@ -114,8 +112,17 @@ def _usage() -> Usage:
     return Usage(cpu * 1000.0, max(own.ru_maxrss, kids.ru_maxrss))
 
 
-def _report(limits: RunLimits, output: CellOutput, cwd: str, session: bool) -> list[bytes]:
-    collected = None if session else collect_files(cwd, limits.max_files, limits.max_file_bytes)
+def _report(
+    limits: RunLimits,
+    output: CellOutput,
+    cwd: str,
+    session: bool,
+    before: Snapshot | None = None,
+) -> list[bytes]:
+    collected = None
+    if not session or before is not None:
+        keep = None if before is None else changed_since(before)
+        collected = collect_files(cwd, limits.max_files, limits.max_file_bytes, keep)
     result, plain = None, None
     if output.result != "":
         assert isinstance(output.result, dict)
@@ -137,6 +144,7 @@ def _report(limits: RunLimits, output: CellOutput, cwd: str, session: bool) -> l
         display_omitted=SENDER.omitted,
         files=() if collected is None else tuple(collected.files),
         files_omitted=0 if collected is None else collected.omitted,
+        exit_code=output.exit_code,
         usage=_usage(),
     )
     contents = () if collected is None else collected.contents
@@ -173,6 +181,9 @@ def _serve_one(request: RunRequest, namespace: dict[str, Any], cwd: str, session
     )
     os.chdir(cwd)
     namespace["input_files"], namespace["input_assets"] = _inputs(request.inputs)
+    link_sources(request.inputs, cwd)
+    filename = prepare_script(namespace, request.argv, cwd)
+    before = snapshot(cwd) if session else None
     SENDER.reset(
         _write,
         max_items=limits.max_display,
@@ -180,9 +191,9 @@ def _serve_one(request: RunRequest, namespace: dict[str, Any], cwd: str, session
         ceiling=limits.output_chars,
     )
     _write(_STARTED)
-    output = execute_cell(request.code, namespace, DISPLAY, _on_error)
+    output = execute_cell(request.code, namespace, DISPLAY, _on_error, filename)
     _flush()
-    frames = _report(limits, output, cwd, session)
+    frames = _report(limits, output, cwd, session, before)
     with _WRITE:
         # Display from a thread the code left running has no run to go to until the next one.
         SENDER.write = None
@@ -246,7 +257,7 @@ def serve(
     """Prepare a fresh interpreter, lock it down, and answer requests on the protocol fd."""
     _reseed()
     _rebind_stdio()
-    builtins.input = _no_input
+    builtins.input = no_input
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     namespace = main.__dict__

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from corral.sandbox._protocol import MAX_REPORTED_PATH, FileReport
@@ -55,7 +56,13 @@ def _read(dir_fd: int, name: str, budget: int) -> tuple[int, str, bytes | None]:
         os.close(fd)
 
 
-def _scan(fd: int, level: _Level, out: Collected, max_files: int, budget: list[int]) -> int:
+Keep = Callable[[str, os.stat_result], bool]
+"""Whether a file (escaped path, lstat) belongs in the report; a session keeps what changed."""
+
+
+def _scan(
+    fd: int, level: _Level, out: Collected, max_files: int, budget: list[int], keep: Keep | None
+) -> int:
     """Report the regular files of one directory; queue its subdirectories. Returns entries."""
     files: list[str] = []
     seen = 0
@@ -71,13 +78,16 @@ def _scan(fd: int, level: _Level, out: Collected, max_files: int, budget: list[i
     level.subdirs.sort(reverse=True)  # popped from the end: visited in order
     for name in sorted(files):
         path = level.prefix + escape_name(name)
+        try:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:  # gone since it was listed
+            continue
+        if not stat.S_ISREG(info.st_mode) or (keep is not None and not keep(path, info)):
+            continue
         if len(out.files) >= max_files or len(path) > MAX_REPORTED_PATH:
             out.omitted += 1
             continue
         try:
-            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            if not stat.S_ISREG(info.st_mode):
-                continue
             size, digest, data = _read(fd, name, budget[0])
         except OSError:  # gone, or replaced by something else, since it was listed
             continue
@@ -88,8 +98,9 @@ def _scan(fd: int, level: _Level, out: Collected, max_files: int, budget: list[i
     return seen
 
 
-def collect_files(root: str, max_files: int, max_bytes: int) -> Collected:
-    """The regular files under ``root`` in sorted, depth-first order, within the bounds."""
+def collect_files(root: str, max_files: int, max_bytes: int, keep: Keep | None = None) -> Collected:
+    """The regular files under ``root`` in sorted, depth-first order, within the bounds (only
+    those ``keep`` accepts, when given)."""
     out = Collected()
     budget = [max_bytes]
     fd = os.open(root, _DIR_FLAGS)
@@ -97,7 +108,7 @@ def collect_files(root: str, max_files: int, max_bytes: int) -> Collected:
         top = os.fstat(fd)
         device = top.st_dev
         stack = [_Level((top.st_dev, top.st_ino), "")]
-        entries = _scan(fd, stack[0], out, max_files, budget)
+        entries = _scan(fd, stack[0], out, max_files, budget, keep)
         while stack and entries < MAX_WALK_ENTRIES:
             level = stack[-1]
             if level.subdirs:
@@ -115,7 +126,7 @@ def collect_files(root: str, max_files: int, max_bytes: int) -> Collected:
                 stack.append(
                     _Level((info.st_dev, info.st_ino), level.prefix + escape_name(name) + "/")
                 )
-                entries += _scan(fd, stack[-1], out, max_files, budget)
+                entries += _scan(fd, stack[-1], out, max_files, budget, keep)
                 continue
             stack.pop()
             if not stack:

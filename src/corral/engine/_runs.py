@@ -1,0 +1,229 @@
+"""The one run path that one-shot runs and session runs share.
+
+Validation, evidence, the deadline (queue + start + run), explicit cancellation, the capacity
+slot, the request to a worker, the result and the outcome counts happen here, once. What
+differs between a fresh worker and a session's interpreter is a :class:`Target`: where the
+code executes, what must be held before a slot is taken, and what a stopped run leaves behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+import anyio
+import anyio.abc
+
+from corral._limits import Limits
+from corral.engine._inputs import Input, RunEventSink
+from corral.engine._job import Job, request_for, validate_request, watch_cancel
+from corral.engine._outcome import build_result
+from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outcome
+from corral.engine._scheduler import Scheduler
+from corral.engine._stream import OutputListener
+from corral.errors import Busy, EngineClosed, WorkerError
+from corral.sandbox import Worker, WorkerReport
+
+__all__ = ["SHUTTING_DOWN", "Runs", "Target", "stop_message"]
+
+logger = logging.getLogger("corral.engine")
+
+SHUTTING_DOWN = "the server is shutting down"
+
+
+def stop_message(job: Job) -> tuple[Outcome, str]:
+    """The outcome and reason of a run its own scope stopped."""
+    if job.cancelled_explicitly:
+        return "cancelled", job.stop_reason or "the run was cancelled"
+    return "timeout", job.stop_reason or f"the run exceeded its {job.limits.timeout:g} s time limit"
+
+
+class Target(Protocol):
+    """Where a run executes: a fresh worker or a session's interpreter."""
+
+    def serial(self) -> contextlib.AbstractAsyncContextManager[object]:
+        """Held before a capacity slot is taken (a session runs one thing at a time)."""
+
+    def closing(self) -> anyio.Event | None:
+        """Set when the target goes away under a run; the run is then cancelled."""
+
+    async def execute(
+        self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
+    ) -> ExecutionResult:
+        """Run the code, holding a slot; infrastructure failures become results."""
+
+    async def interrupted(self, job: Job) -> None:
+        """The run ends without a result (deadline, cancel, its caller gone) while the target
+        is still held: leave the target fit for the next run."""
+
+    def stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
+        """The result of a run its own deadline or an explicit cancel stopped."""
+
+
+class Runs:
+    """The engine's run path: open state, scheduler, outcome counts, evidence, runs in flight."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.runtime = ""
+        self.open = False
+        self.draining = False
+        """Set by ``Engine.drain``: runs in flight go on, new ones are refused."""
+        self.outcomes: Counter[str] = Counter()
+        self.task_group: anyio.abc.TaskGroup | None = None
+        """The engine's, for work that outlives one call (streamed runs)."""
+        self.live: dict[Job, anyio.CancelScope] = {}
+        """Runs in flight, with the scope a drain cancels."""
+        self._idle = anyio.Event()
+
+    def check_open(self, *, admit: bool = True) -> None:
+        """Raises EngineClosed unless running (and, to ``admit`` new work, not draining)."""
+        if not self.open:
+            raise EngineClosed("the engine is not running (use `async with Engine()`)")
+        if admit and self.draining:
+            raise EngineClosed(SHUTTING_DOWN)
+
+    @contextlib.contextmanager
+    def _tracked(self, job: Job, scope: anyio.CancelScope) -> Iterator[None]:
+        self.live[job] = scope
+        try:
+            yield
+        finally:
+            del self.live[job]
+            if not self.live:
+                self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Return once no run is in flight."""
+        while self.live:
+            if self._idle.is_set():  # spent by an earlier lull; concurrent waiters share one
+                self._idle = anyio.Event()
+            await self._idle.wait()
+
+    def background(self) -> anyio.abc.TaskGroup:
+        """Raises: EngineClosed."""
+        self.check_open()
+        assert self.task_group is not None
+        return self.task_group
+
+    def evidence(self, code: str, inputs: Sequence[Input], limits: Limits) -> Evidence:
+        return Evidence(
+            code_sha256=hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest(),
+            runtime=self.runtime,
+            inputs=tuple(InputEvidence(i.id, i.text_sha256, i.original_sha256) for i in inputs),
+            limits=limits.as_dict(),
+        )
+
+    def _refuse(
+        self, outcome: Outcome, message: str, evidence: Evidence, started: float
+    ) -> ExecutionResult:
+        return ExecutionResult(
+            outcome=outcome,
+            message=message,
+            evidence=evidence,
+            elapsed_ms=(time.perf_counter() - started) * 1000.0,
+        )
+
+    async def run(
+        self,
+        target: Target,
+        code: str,
+        *,
+        inputs: Sequence[Input],
+        limits: Limits,
+        argv: Sequence[str] | None,
+        on_event: RunEventSink | None,
+        on_output: OutputListener | None,
+        cancel: anyio.Event | None,
+        tenant: str,
+    ) -> ExecutionResult:
+        """Run ``code`` on ``target`` within ``limits``; every per-call failure is a result.
+
+        Raises:
+            EngineClosed: the engine is not running.
+        """
+        self.check_open()
+        started = time.perf_counter()
+        evidence = self.evidence(code, inputs, limits)
+        problem = validate_request(code, inputs, limits, argv)
+        if problem:
+            self.outcomes["invalid_input"] += 1
+            return self._refuse("invalid_input", problem, evidence, started)
+        job = Job(started, limits, on_event, on_output, argv=argv)
+        deadline = anyio.current_time() + limits.timeout
+        result: ExecutionResult | None = None
+        try:
+            with anyio.CancelScope(deadline=deadline) as scope, self._tracked(job, scope):
+                async with watch_cancel(cancel, scope, job, target.closing()):
+                    try:
+                        async with target.serial():
+                            try:
+                                slot = self.scheduler.slot(on_queued=job.queued, tenant=tenant)
+                                async with slot:
+                                    job.admitted()
+                                    result = await target.execute(job, code, inputs, evidence)
+                            finally:
+                                if result is None:
+                                    # Still holding the target: no other run may meet it
+                                    # half-way through this one.
+                                    with anyio.CancelScope(shield=True):
+                                        await target.interrupted(job)
+                    except Busy as exc:
+                        result = self._refuse("busy", str(exc), evidence, started)
+                    except OSError as exc:
+                        # EMFILE, ENFILE, ENOMEM and the like: this run fails, the server goes on.
+                        logger.warning("a run failed in the server: %s", exc)
+                        message = f"the server could not run it: {exc}"
+                        result = self._refuse("worker_error", message, evidence, started)
+        except anyio.get_cancelled_exc_class():
+            self.outcomes["cancelled"] += 1  # the caller's own scope: it gets no result
+            raise
+        if result is None:
+            result = target.stopped(job, evidence)
+        self.outcomes[result.outcome] += 1
+        job.finished(result)
+        return result
+
+    async def execute_on(
+        self, worker: Worker, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
+    ) -> ExecutionResult:
+        """Send one request to ``worker`` and build the result."""
+        job.worker = worker
+        request = request_for(
+            code, inputs, job.limits, anyio.current_effective_deadline(), job.argv
+        )
+        if inputs:
+            files: list[tuple[str, bytes]] = []
+            for item in inputs:
+                files.append((f"{item.id}.txt", item.text))
+                if item.original is not None:
+                    files.append((f"{item.id}.orig", item.original))
+            try:
+                await worker.write_inputs(files, uid=worker.outer_id, gid=worker.outer_id)
+            except OSError as exc:
+                return job.stopped("invalid_input", f"the inputs do not fit: {exc}", evidence)
+        try:
+            report: WorkerReport = await worker.execute(
+                request, job.capture.stdout, job.capture.stderr, job.executing, job.displayed
+            )
+        except WorkerError as exc:
+            job.drain(worker)
+            logger.warning("worker %s failed: %s", worker.pid, exc)
+            return job.stopped("worker_error", f"the worker failed: {exc}", evidence)
+        try:
+            result = build_result(
+                "ok",
+                job.capture,
+                job.limits,
+                report=report,
+                evidence=evidence,
+                **job.timing(),
+            )
+        except WorkerError as exc:
+            return job.stopped("worker_error", f"the worker sent a bad report: {exc}", evidence)
+        return result
