@@ -10,6 +10,10 @@ It starts a server process (this script with ``--serve``, see ``_http_server.py`
   is compared with its in-process twin (``Engine.run``, ``Session.run``, open + put + run +
   close) timed inside the server in the same rounds: the overhead is HTTP p50 minus the twin's
   p50, and for ``/v1/execute`` also per request, wall time minus the result's ``elapsed_ms``;
+* streaming and the client SDK (issue 9): ``/v1/execute`` with ``"stream": true`` against the
+  same call unstreamed (time to the first output line, total; streaming may add at most
+  ``TARGET_STREAM_MS`` to p50), and ``corral.client.AsyncClient.run`` against the same request
+  sent with plain httpx (the SDK's own cost per call), interleaved;
 * a load run: ``--clients`` concurrent clients for ``--seconds`` (issue 4 asks for 200 for 30
   s; the defaults are a quick run), where only explicit busy answers (503/429 with
   ``Retry-After``) are allowed besides 200, and afterwards the server's workers and file
@@ -72,6 +76,7 @@ _SETTLE_TIMEOUT = 30.0  # seconds for workers and fds to return to baseline afte
 _POLL = 0.001  # seconds between readiness polls
 _RETRY_CAP = 1.0  # seconds at most a load client honours of a Retry-After
 TARGET_OVERHEAD_MS = 3.0
+TARGET_STREAM_MS = 0.5  # issue 9: what streaming may add to a short run's p50
 
 
 # the client process ------------------------------------------------------------------------
@@ -241,10 +246,174 @@ class RawClient:
             await self.aclose()
         return status, payload.decode()
 
+    async def post_chunks(self, path: str, body: dict[str, Any]) -> tuple[int, float, str]:
+        """POST JSON, read a chunked answer; returns the status, the ms to its first chunk
+        (from the send) and the body text."""
+        if self._stream is None:
+            self._stream = await anyio.connect_tcp("127.0.0.1", self._port)
+            self._reader = BufferedByteReceiveStream(self._stream)
+        assert self._reader is not None
+        data = json.dumps(body).encode()
+        started = time.perf_counter()
+        await self._stream.send(
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{self._head}"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        head = (await self._reader.receive_until(b"\r\n\r\n", 65536)).decode("latin-1")
+        status = int(head.split("\r\n")[0].split()[1])
+        if "transfer-encoding: chunked" not in head.lower():
+            raise BenchError(f"{path}: not a chunked answer: {head[:200]!r}")
+        chunks: list[bytes] = []
+        first = 0.0
+        while size := int((await self._reader.receive_until(b"\r\n", 64)).split(b";")[0], 16):
+            chunks.append(await self._reader.receive_exactly(size))
+            if len(chunks) == 1:
+                first = (time.perf_counter() - started) * 1000.0
+            await self._reader.receive_exactly(2)
+        await self._reader.receive_exactly(2)
+        return status, first, b"".join(chunks).decode()
+
     async def aclose(self) -> None:
         if self._stream is not None:
             await self._stream.aclose()
         self._stream = self._reader = None
+
+
+@dataclass(slots=True)
+class Surface:
+    """Issue 9's cases: streamed against unstreamed, the client SDK against plain httpx."""
+
+    plain: Samples = field(default_factory=lambda: Samples("unstreamed"))
+    streamed: Samples = field(default_factory=lambda: Samples("streamed"))
+    first_line: Samples = field(default_factory=lambda: Samples("first line"))
+    httpx_call: Samples = field(default_factory=lambda: Samples("httpx"))
+    sdk_call: Samples = field(default_factory=lambda: Samples("sdk"))
+    unavailable: str = ""
+
+
+async def measure_surface(
+    client: httpx.AsyncClient, server: Server, runs: int, raw: RawClient, key: str
+) -> Surface:
+    """Interleaved rounds: unstreamed, streamed (raw client), plain httpx, the SDK."""
+    surface = Surface()
+    try:
+        from corral.client import AsyncClient
+    except ImportError as exc:
+        surface.unavailable = f"corral.client: {exc}"
+        return surface
+    body = {"code": PRINT}
+
+    async def plain() -> None:
+        started = time.perf_counter()
+        status, text = await raw.post("/v1/execute", body)
+        surface.plain.add((time.perf_counter() - started) * 1000.0)
+        if status != 200 or json.loads(text)["stdout"] != EXPECTED:
+            raise BenchError(f"/v1/execute: HTTP {status} {text[:200]!r}")
+
+    async def streamed() -> None:
+        started = time.perf_counter()
+        status, first, text = await raw.post_chunks("/v1/execute", {**body, "stream": True})
+        surface.streamed.add((time.perf_counter() - started) * 1000.0)
+        lines = [json.loads(line) for line in text.splitlines() if line]
+        if status != 200 or lines[0] != {"type": "stdout", "text": EXPECTED}:
+            raise BenchError(f"streamed /v1/execute: HTTP {status} {text[:200]!r}")
+        if lines[-1]["type"] != "result":
+            raise BenchError(f"streamed /v1/execute ended without a result: {text[-200:]!r}")
+        surface.first_line.add(first)
+
+    async def via_httpx() -> None:
+        started = time.perf_counter()
+        response = await client.post("/v1/execute", json=body)
+        if response.status_code != 200:
+            raise BenchError(f"httpx /v1/execute: HTTP {response.status_code}")
+        _ = response.json()
+        surface.httpx_call.add((time.perf_counter() - started) * 1000.0)
+
+    async with AsyncClient(server.base, key) as sdk:
+
+        async def via_sdk() -> None:
+            started = time.perf_counter()
+            result = await sdk.run(PRINT)
+            surface.sdk_call.add((time.perf_counter() - started) * 1000.0)
+            if result.stdout != EXPECTED:
+                raise BenchError(f"client SDK: unexpected {result}")
+
+        steps = [plain, streamed, via_httpx, via_sdk]
+        for step in steps * 3:  # warm every path
+            await step()
+        for sample in (surface.plain, surface.streamed, surface.first_line):
+            sample.values.clear()
+        surface.httpx_call.values.clear()
+        surface.sdk_call.values.clear()
+        for i in range(runs):
+            for j in range(len(steps)):
+                await wait_pool(client, server)
+                await steps[(i + j) % len(steps)]()
+    return surface
+
+
+def surface_report(surface: Surface, md: bool) -> tuple[list[str], dict[str, Any]]:
+    """Issue 9's table and targets."""
+    if surface.unavailable:
+        return [f"Streaming and client SDK: unavailable ({surface.unavailable})", ""], {}
+    rows = [
+        [
+            "POST /v1/execute, unstreamed (raw client)",
+            fmt(surface.plain.p50),
+            fmt(surface.plain.p90),
+        ],
+        [
+            'same, "stream": true: first output line',
+            fmt(surface.first_line.p50),
+            fmt(surface.first_line.p90),
+        ],
+        [
+            'same, "stream": true: whole answer',
+            fmt(surface.streamed.p50),
+            fmt(surface.streamed.p90),
+        ],
+        [
+            "POST /v1/execute with plain httpx",
+            fmt(surface.httpx_call.p50),
+            fmt(surface.httpx_call.p90),
+        ],
+        ["corral.client.AsyncClient.run", fmt(surface.sdk_call.p50), fmt(surface.sdk_call.p90)],
+    ]
+    added = surface.streamed.p50 - surface.plain.p50
+    sdk = surface.sdk_call.p50 - surface.httpx_call.p50
+    lines = [
+        "Streaming and the client SDK (issue 9), sequential, pool warm (ms)",
+        render_table(["case", "p50", "p90"], rows, markdown=md),
+        "",
+        render_table(
+            ["target", "measured", "ratio", "goal", "met"],
+            [
+                [
+                    "streaming adds to p50",
+                    f"{fmt(surface.streamed.p50)} - {fmt(surface.plain.p50)} = {fmt(added)} ms",
+                    f"{added / TARGET_STREAM_MS:.2f}x goal",
+                    f"<= {TARGET_STREAM_MS:g} ms",
+                    _met(added <= TARGET_STREAM_MS),
+                ],
+                [
+                    "client SDK per call over plain httpx (reported)",
+                    f"{fmt(surface.sdk_call.p50)} - {fmt(surface.httpx_call.p50)} = {fmt(sdk)} ms",
+                    "-",
+                    "-",
+                    "-",
+                ],
+            ],
+            markdown=md,
+        ),
+        "",
+    ]
+    data = {
+        name: getattr(surface, name).as_dict()
+        for name in ("plain", "streamed", "first_line", "httpx_call", "sdk_call")
+    }
+    data.update(stream_added_p50_ms=added, sdk_overhead_p50_ms=sdk)
+    return lines, data
 
 
 @dataclass(slots=True)
@@ -690,6 +859,7 @@ async def client_main(args: argparse.Namespace) -> tuple[str, dict[str, Any], in
                 timer = raw.post if args.client == "raw" else via_httpx
                 try:
                     cases = await measure_http(client, server, args.runs, timer)
+                    surface = await measure_surface(client, server, args.runs, raw, key)
                 finally:
                     await raw.aclose()
             baseline = await quiet_counts(server)
@@ -703,7 +873,10 @@ async def client_main(args: argparse.Namespace) -> tuple[str, dict[str, Any], in
             raise
         exit_code = await stop_server(server.process)
     text, data = report(server, cases, load, baseline, after, settle_s, exit_code, args)
-    return text, data, 0 if load.error_count == 0 else 1
+    extra, surface_data = surface_report(surface, args.markdown)
+    data["surface"] = surface_data
+    head, sep, tail = text.partition("Targets (issue 4)")
+    return head + "\n".join(extra) + "\n" + sep + tail, data, 0 if load.error_count == 0 else 1
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

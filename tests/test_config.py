@@ -228,6 +228,23 @@ def test_one_default_timeout_everywhere() -> None:
     assert DEFAULT_CODE_INTERPRETER_CONFIG.timeout_ms / 1000 == DEFAULT_LIMITS.timeout
 
 
+def test_open_run_code_from_file_and_environment(tmp_path: Path) -> None:
+    assert Config.load(environ={}).open_run_code is False
+    path = tmp_path / "corral.toml"
+    path.write_text("[server]\nopen_run_code = true\n")
+    assert Config.load(flags={"config": str(path)}, environ={}).open_run_code is True
+    assert Config.load(environ={"CORRAL_OPEN_RUN_CODE": "1"}).open_run_code is True
+    assert Config.load(environ={"CORRAL_OPEN_RUN_CODE": "false"}).open_run_code is False
+    with pytest.raises(ConfigError, match="CORRAL_OPEN_RUN_CODE"):
+        Config.load(environ={"CORRAL_OPEN_RUN_CODE": "maybe"})
+    path.write_text('[server]\nopen_run_code = "yes"\n')
+    with pytest.raises(ConfigError, match="open_run_code"):
+        Config.load(flags={"config": str(path)}, environ={})
+    path.write_text("[server]\nport = true\n")
+    with pytest.raises(ConfigError, match="port"):
+        Config.load(flags={"config": str(path)}, environ={})
+
+
 def test_uid_range_from_the_file_and_the_environment(tmp_path: Path) -> None:
     path = tmp_path / "corral.toml"
     path.write_text("[engine]\nuid_range = [3000000, 4096]\n")

@@ -10,7 +10,15 @@ import pytest
 import corral
 import corral.engine
 
-PACKAGES = ["corral.engine", "corral.sandbox", "corral.e2b", "corral.http", "corral.cli"]
+PACKAGES = [
+    "corral.engine",
+    "corral.sandbox",
+    "corral.e2b",
+    "corral.http",
+    "corral.cli",
+    "corral.batch",
+    "corral.client",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

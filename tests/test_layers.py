@@ -12,9 +12,22 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "corral"
 
 # Lowest first; a package may import only packages listed before it (and corral's shared
 # top-level modules such as corral.errors, corral._limits, corral._fs, corral._config).
-LAYERS = ["sandbox", "engine", "sources", "tools", "mistral", "e2b", "http", "mcp", "cli"]
+LAYERS = [
+    "sandbox",
+    "engine",
+    "sources",
+    "tools",
+    "mistral",
+    "batch",
+    "client",
+    "e2b",
+    "http",
+    "mcp",
+    "cli",
+]
 FRONT_ENDS = {"http", "mcp", "cli"}
 NUMERIC_MAY_IMPORT: set[str] = set()  # runs inside the sandbox: the standard library only
+CLIENT_MAY_IMPORT = {"corral.engine", "corral.errors", "corral._public"}  # never the server
 
 
 def _imports(path: Path) -> list[str]:
@@ -105,3 +118,9 @@ def _imported_names(path: Path, module_prefix: str) -> list[str]:
 def test_server_side_handles_take_only_constants_from_inside(path: Path) -> None:
     names = _imported_names(path, "corral.sandbox.inside")
     assert all(name.isupper() for name in names), names
+
+
+def test_the_client_knows_only_result_types_and_errors() -> None:
+    for path in (SRC / "client").rglob("*.py"):
+        names = {n for n in _imports(path) if not n.startswith("corral.client")}
+        assert names <= CLIENT_MAY_IMPORT, (path.name, names)

@@ -85,6 +85,7 @@ class Config:
     download_chunk_size: int = 8192
     log_level: str = "INFO"
     timeout_keep_alive: int = 60
+    open_run_code: bool = False
     raw_toml: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The whole parsed ``corral.toml`` with every key snake_case, for the tables other
     packages read (``[code_interpreter]``, ``[mcp]``, ``[mistral]``)."""
@@ -200,6 +201,19 @@ def _int(value: Any) -> int:
     return value
 
 
+def _bool(value: Any) -> bool:
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError(f"expected true or false, not {value!r}")
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, not {value!r}")
+    return value
+
+
 def _optional_int(value: Any) -> int | None:
     if isinstance(value, str) and value.strip().lower() in ("", "auto", "none"):
         return None
@@ -286,16 +300,6 @@ class _Field:
         return self.default is None
 
 
-def _bool(value: Any) -> bool:
-    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
-        return True
-    if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off"):
-        return False
-    if not isinstance(value, bool):
-        raise TypeError(f"expected true or false, not {value!r}")
-    return value
-
-
 def _positive(value: Any) -> int:
     number = _int(value)
     if number < 1:
@@ -345,6 +349,9 @@ _FIELDS: dict[str, _Field] = {
         "Seconds an idle HTTP connection is kept open (`TIMEOUT_KEEP_ALIVE`)."),
     "shutdown_grace": _Field("server", ("CORRAL_SHUTDOWN_GRACE",), _float, _NUM,
         "Seconds runs in flight may take to finish after SIGTERM before they are cancelled."),
+    "open_run_code": _Field("server", ("CORRAL_OPEN_RUN_CODE",), _bool, _BOOL,
+        "Serve `/run_code` and `/run_code_batch` without an API key (a trainer's private "
+        "network: verl and SandboxFusion's client send none)."),
     # [engine]
     "capacity": _Field("engine", ("CORRAL_CAPACITY",), _optional_int, _INT,
         "Concurrent workers; unset (or `auto`) means one per CPU."),

@@ -550,25 +550,31 @@ class _Walk:
             if dirfd is None:
                 continue
             prefix = folder + "/" if folder else ""
+            # A folder is read whole before anything is yielded: a consumer that stops early
+            # then leaves no directory stream (or descriptor) open behind a suspended generator.
+            batch: list[tuple[str, os.stat_result]] = []
             try:
                 with os.scandir(dirfd) as entries:
                     for entry in entries:
                         if self._budget is not None and seen >= self._budget:
                             self.cut = True
-                            return
+                            break
                         seen += 1
                         try:
                             info = entry.stat(follow_symlinks=False)
                         except OSError:
                             continue  # removed while we looked
-                        rel = prefix + entry.name
-                        yield rel, info
-                        if stat_module.S_ISDIR(info.st_mode):
-                            pending.append(rel)
+                        batch.append((prefix + entry.name, info))
             except OSError:
                 continue  # the folder went away under the scan
             finally:
                 os.close(dirfd)
+            for rel, info in batch:
+                yield rel, info
+                if stat_module.S_ISDIR(info.st_mode):
+                    pending.append(rel)
+            if self.cut:
+                return
 
 
 def _printable(rel: str) -> str:

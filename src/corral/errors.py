@@ -12,7 +12,7 @@ What follows are infrastructure failures and caller mistakes that have no result
       + SourceError       SourceNotFound · UnsupportedSource · SourceTooLarge
       + ToolError         UnknownTool · ToolNameTaken · QuotaExceeded · InvalidToolInput
       + RemoteError       RemoteUnavailable > RemoteTimeout · RemoteStatusError > RemoteAuthError
-                          · RemoteUnreadable
+                          · InvalidRequest · RemoteUnreadable
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ __all__ = [
     "FileNotReturned",
     "FileTooLarge",
     "InvalidPath",
+    "InvalidRequest",
     "InvalidToolInput",
     "IsolationError",
     "QuotaExceeded",
@@ -102,7 +103,15 @@ class SessionNotFound(EngineError):
 
 
 class Busy(EngineError):
-    """The run queue is full; retry later."""
+    """The run queue is full; retry later.
+
+    Attributes:
+        retry_after: seconds a server asked the caller to wait (``Retry-After``), or None.
+    """
+
+    def __init__(self, message: str = "busy", *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class InvalidPath(EngineError):
@@ -190,6 +199,20 @@ class RemoteStatusError(RemoteError):
 
 class RemoteAuthError(RemoteStatusError):
     """The remote API rejected the credentials (401/403)."""
+
+
+class InvalidRequest(RemoteStatusError):
+    """The server refused the request as invalid (400/422).
+
+    Attributes:
+        field: the offending field's dotted path, when the server named one.
+    """
+
+    def __init__(
+        self, status: int, message: str, code: str | None = None, field: str | None = None
+    ) -> None:
+        super().__init__(status, message, code)
+        self.field = field
 
 
 class RemoteUnreadable(RemoteError):

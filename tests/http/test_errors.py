@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from corral._config import Config
+from corral.engine import Engine
 from corral.errors import (
     Busy,
     CorralError,
@@ -90,3 +91,40 @@ async def test_failures_become_plain_answers(
     async with client_for(container) as client:
         response = await client.post("/execute_code", json={"code": "1"})
         assert (response.status_code, response.json()) == (expected[0], {"detail": expected[1]})
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"code": 5}, "field 'code': Input should be a valid string"),
+        ({"code": "1", "sessionId": 123}, "field 'sessionId': Input should be a valid string"),
+        ({"code": "1", "timeout": 3}, "unknown field 'timeout'"),
+        ({"code": "1", "inputFiles": [{"sourceUrl": 1}]}, "field 'inputFiles.0.sourceUrl'"),
+    ],
+)
+async def test_dial_errors_name_the_field(tmp_path: Any, body: dict[str, Any], named: str) -> None:
+    config = Config(mode="gateway", data_dir=tmp_path, api_keys=KEYS)
+    async with Engine(capacity=1) as engine, client_for(create_app(engine, config), ALICE) as c:
+        response = await c.post("/v1/ops/code_interpreter/execute_code", json=body)
+    assert response.status_code == 400
+    assert response.headers["content-type"].startswith("text/plain")
+    assert response.text.startswith(f"Not valid JSON body: {named}"), response.text
+
+
+async def test_code_over_the_limit_is_400_naming_the_limit(tmp_path: Any) -> None:
+    limit = Config().limits().code_chars
+    code = "x = 1\n" * (limit // 6 + 1)
+    expected = (
+        f"Field 'code' is too long: {len(code)} characters, the limit (code_chars) is {limit}"
+    )
+    gateway = Config(mode="gateway", data_dir=tmp_path, api_keys=KEYS)
+    async with Engine(capacity=1) as engine:
+        async with client_for(create_app(engine, gateway), ALICE) as client:
+            response = await client.post(
+                "/v1/ops/code_interpreter/execute_code", json={"code": code}
+            )
+            assert (response.status_code, response.text) == (400, expected)
+        container = gateway.replace(mode="container")
+        async with client_for(create_app(engine, container)) as client:
+            response = await client.post("/execute_code", json={"code": code})
+            assert (response.status_code, response.json()) == (400, {"detail": expected})

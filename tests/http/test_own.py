@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 
 import httpx
@@ -9,9 +10,10 @@ import pytest
 from fastapi import FastAPI
 
 from corral._config import Config
+from corral._limits import Limits
 from corral.engine import Engine
 from corral.http import create_app
-from tests.http.httpkit import BOB, open_session
+from tests.http.httpkit import BOB, client_for, open_session
 
 pytestmark = pytest.mark.anyio
 
@@ -36,9 +38,17 @@ async def test_execute_in_a_session(client: httpx.AsyncClient) -> None:
     response = await client.post("/v1/execute", json={"code": "x ** 5", "sessionId": session_id})
     assert response.json()["result"] == {"text/plain": "32"}
     gone = await client.post("/v1/execute", json={"code": "1", "sessionId": "nope"})
-    assert (gone.status_code, gone.text) == (404, "Session is not found: nope")
+    assert gone.status_code == 404
+    assert gone.json() == {
+        "error": {
+            "type": "not_found",
+            "message": "Session is not found: nope",
+            "field": "sessionId",
+        }
+    }
     invalid = await client.post("/v1/execute", json={"code": "1", "extra": True})
     assert invalid.status_code == 422
+    assert invalid.json()["error"]["field"] == "extra"
 
 
 async def test_a_session_run_honours_its_timeout_capped_at_the_servers(
@@ -67,6 +77,7 @@ async def test_execute_checks_roles(
     async with make_client(app, BOB) as bob:
         response = await bob.post("/v1/execute", json={"code": "1"})
     assert response.status_code == 403
+    assert response.json()["error"]["type"] == "forbidden"
 
 
 async def test_health_metrics_openapi(gateway_app: FastAPI, client: httpx.AsyncClient) -> None:
@@ -104,3 +115,96 @@ async def test_two_apps_keep_separate_metrics(engine: Engine, gateway_config: Co
     first = create_app(engine, gateway_config)
     second = create_app(engine, gateway_config)
     assert first.state.corral.metrics.registry is not second.state.corral.metrics.registry
+
+
+async def test_return_files_adds_each_files_bytes(client: httpx.AsyncClient) -> None:
+    code = "open('a.txt', 'w').write('hello')\nopen('b.bin', 'wb').write(bytes(range(256)))"
+    plain = (await client.post("/v1/execute", json={"code": code})).json()
+    assert [set(f) for f in plain["files"]] == [{"path", "size", "sha256"}] * 2
+    body = (await client.post("/v1/execute", json={"code": code, "return_files": True})).json()
+    contents = {f["path"]: base64.b64decode(f["content_base64"]) for f in body["files"]}
+    assert contents == {"a.txt": b"hello", "b.bin": bytes(range(256))}
+
+
+async def test_return_files_stays_within_the_file_limits(client: httpx.AsyncClient) -> None:
+    limits = Limits()
+    big = limits.max_file_bytes // 2 + 1  # two of these are over the returned-bytes bound
+    code = (
+        f"for i in range({limits.max_files + 2}): open(f'f{{i:02}}.txt', 'w').write(str(i))\n"
+        f"for name in ('big1.bin', 'big2.bin'): open(name, 'wb').write(b'x' * {big})"
+    )
+    body = (await client.post("/v1/execute", json={"code": code, "return_files": True})).json()
+    files = {f["path"]: f for f in body["files"]}
+    assert len(files) == limits.max_files
+    assert sorted(files)[:2] == ["big1.bin", "big2.bin"]
+    assert len(base64.b64decode(files["big1.bin"]["content_base64"])) == big
+    assert files["big2.bin"]["content_base64"] is None
+    assert files["big2.bin"]["size"] == big
+    returned = sum(f["size"] for f in files.values() if f["content_base64"] is not None)
+    assert returned <= limits.max_file_bytes
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        ({"code": 5}, "code", "field 'code': Input should be a valid string"),
+        ({"code": "1", "sessionId": 123}, "sessionId", "field 'sessionId': Input should be a"),
+        ({"code": "1", "timeout": -1}, "timeout", "field 'timeout': Input should be greater"),
+        ({"code": "1", "stream": "yes"}, "stream", "field 'stream': Input should be a valid"),
+        ({"code": "1", "tiemout": 3}, "tiemout", "unknown field 'tiemout'"),
+        ({}, "code", "missing field 'code'"),
+    ],
+)
+async def test_every_invalid_field_is_named(
+    client: httpx.AsyncClient, body: dict[str, object], field: str, message: str
+) -> None:
+    response = await client.post("/v1/execute", json=body)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert (error["type"], error["field"]) == ("invalid_request", field)
+    assert error["message"].startswith(message), error["message"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "the body must be a JSON object"),
+        (b"[1]", "the body must be a JSON object"),
+        (b"{nope", "the body is not valid JSON"),
+    ],
+)
+async def test_bodies_that_are_not_objects(
+    client: httpx.AsyncClient, content: bytes, message: str
+) -> None:
+    response = await client.post("/v1/execute", content=content)
+    assert response.status_code == 422
+    assert response.json()["error"]["message"].startswith(message)
+    assert "field" not in response.json()["error"]
+
+
+async def test_json_without_a_content_type(client: httpx.AsyncClient) -> None:
+    for headers in ({}, {"Content-Type": "text/plain"}):
+        response = await client.post("/v1/execute", content=b'{"code": "6*7"}', headers=headers)
+        assert response.json()["result"] == {"text/plain": "42"}
+
+
+async def test_own_routes_answer_json_errors_for_auth(gateway_app: FastAPI) -> None:
+    async with client_for(gateway_app) as anonymous:
+        response = await anonymous.post("/v1/execute", json={"code": "1"})
+    assert response.status_code == 401
+    assert response.json()["error"]["type"] == "unauthorized"
+
+
+async def test_session_timeout_is_honoured(client: httpx.AsyncClient) -> None:
+    session_id = await open_session(client)
+    body = {"code": "while True: pass", "sessionId": session_id, "timeout": 0.5}
+    result = (await client.post("/v1/execute", json=body)).json()
+    assert result["outcome"] == "timeout"
+    assert result["evidence"]["limits"]["timeout"] == 0.5
+
+
+async def test_a_body_over_the_limit_is_a_json_413(client: httpx.AsyncClient) -> None:
+    limit = Config().max_request_bytes
+    response = await client.post("/v1/execute", content=b'{"code": "' + b"x" * limit + b'"}')
+    assert response.status_code == 413
+    assert response.json() == {"error": {"type": "too_large", "message": "Request body too large"}}

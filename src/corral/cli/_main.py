@@ -89,6 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     call.add_argument("arguments", help="the arguments as a JSON object")
     call.add_argument("--config", metavar="FILE", help="corral.toml")
 
+    from corral.cli._batch import add_batch_parser
+
+    add_batch_parser(commands)
+
     chat = commands.add_parser("chat", help="a terminal agent on Mistral using corral's tools")
     chat.add_argument("--model", default=None, help=f"chat model (default {_CHAT_MODEL})")
     chat.add_argument("--config", metavar="FILE", help="corral.toml")
@@ -179,6 +183,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from corral.cli._serve import mcp_command
 
         return mcp_command(args)
+    if args.command == "batch":
+        from corral.cli._batch import batch_command
+
+        return batch_command(args)
     if args.command == "tools":
         from corral.cli._tools import tools_command
 

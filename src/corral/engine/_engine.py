@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -16,6 +16,7 @@ import anyio.to_thread
 import corral
 from corral._limits import DEFAULT_LIMITS, Limits
 from corral._uids import DEFAULT_UID_RANGE, UidRange
+from corral.engine._feed import Feed
 from corral.engine._inputs import Input, RunEventSink
 from corral.engine._job import Job
 from corral.engine._result import Evidence, ExecutionResult
@@ -251,6 +252,9 @@ class Engine:
         on_output: OutputListener | None = None,
         cancel: anyio.Event | None = None,
         tenant: str = "",
+        stdin: bytes | None = None,
+        files: Mapping[str, bytes] | None = None,
+        queue_timeout: float | None = None,
     ) -> ExecutionResult:
         """Run ``code`` once in a fresh worker.
 
@@ -269,6 +273,12 @@ class Engine:
             cancel: set it to stop the run; the result then has outcome ``cancelled``.
             tenant: whose run this is (an API key's owner, an MCP session): waiting runs of
                 several tenants share the workers fairly.
+            stdin: the program's standard input, then EOF; None: EOF at once, and ``input()``
+                fails saying there is no stdin.
+            files: relative path to content, written into the working folder first.
+            queue_timeout: seconds the run may wait for a worker; the run's own
+                ``limits.timeout`` then starts once it has one. A run still waiting then has
+                outcome ``busy``. None: queue, start and run share ``limits.timeout``.
 
         Raises:
             EngineClosed: the engine is not running (or is draining).
@@ -289,6 +299,8 @@ class Engine:
             on_output=on_output,
             cancel=cancel,
             tenant=tenant,
+            feed=Feed(stdin, files or {}),
+            queue_timeout=queue_timeout,
         )
 
     def stream(

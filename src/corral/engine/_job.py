@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 
 from corral._limits import Limits
+from corral.engine._feed import NO_FEED, Feed
 from corral.engine._inputs import Input, RunEvent, RunEventSink
 from corral.engine._outcome import Capture, build_result
 from corral.engine._result import Evidence, ExecutionResult, Outcome
@@ -142,6 +143,8 @@ class Job:
         self.restarted = False
         self.stop_reason = ""
         """Why the run was stopped, when the engine (not the caller) stopped it."""
+        self.feed: Feed = NO_FEED
+        """stdin and working files for a fresh worker (sessions take none)."""
 
     def _ms(self, since: float | None = None) -> float:
         return (time.perf_counter() - (since or self.started)) * 1000.0

@@ -20,6 +20,7 @@ import anyio
 import anyio.abc
 
 from corral._limits import Limits
+from corral.engine._feed import NO_FEED, Feed, check_feed, fed
 from corral.engine._inputs import Input, RunEventSink
 from corral.engine._job import Job, request_for, validate_request, watch_cancel
 from corral.engine._outcome import build_result
@@ -141,8 +142,13 @@ class Runs:
         on_output: OutputListener | None,
         cancel: anyio.Event | None,
         tenant: str,
+        feed: Feed = NO_FEED,
+        queue_timeout: float | None = None,
     ) -> ExecutionResult:
         """Run ``code`` on ``target`` within ``limits``; every per-call failure is a result.
+
+        ``feed`` is given to a fresh worker before the code starts. With ``queue_timeout``
+        the run may wait that long for a slot, and ``limits.timeout`` starts once it has one.
 
         Raises:
             EngineClosed: the engine is not running.
@@ -150,12 +156,16 @@ class Runs:
         self.check_open()
         started = time.perf_counter()
         evidence = self.evidence(code, inputs, limits)
-        problem = validate_request(code, inputs, limits, argv)
+        problem = validate_request(code, inputs, limits, argv) or check_feed(
+            feed.stdin, feed.files, limits
+        )
         if problem:
             self.outcomes["invalid_input"] += 1
             return self._refuse("invalid_input", problem, evidence, started)
         job = Job(started, limits, on_event, on_output, argv=argv)
-        deadline = anyio.current_time() + limits.timeout
+        job.feed = feed
+        budget = limits.timeout if queue_timeout is None else queue_timeout
+        deadline = anyio.current_time() + budget
         result: ExecutionResult | None = None
         try:
             with anyio.CancelScope(deadline=deadline) as scope, self._tracked(job, scope):
@@ -166,6 +176,8 @@ class Runs:
                                 slot = self.scheduler.slot(on_queued=job.queued, tenant=tenant)
                                 async with slot:
                                     job.admitted()
+                                    if queue_timeout is not None:
+                                        scope.deadline = anyio.current_time() + limits.timeout
                                     result = await target.execute(job, code, inputs, evidence)
                             finally:
                                 if result is None:
@@ -183,6 +195,9 @@ class Runs:
         except anyio.get_cancelled_exc_class():
             self.outcomes["cancelled"] += 1  # the caller's own scope: it gets no result
             raise
+        if result is None and queue_timeout is not None and job.admitted_at is None:
+            message = f"no worker became free within {queue_timeout:g} s; try again"
+            result = self._refuse("busy", message, evidence, started)
         if result is None:
             result = target.stopped(job, evidence)
         self.outcomes[result.outcome] += 1
@@ -197,6 +212,7 @@ class Runs:
         request = request_for(
             code, inputs, job.limits, anyio.current_effective_deadline(), job.argv
         )
+        request = fed(request, job.feed.stdin, job.feed.files)
         if inputs:
             files: list[tuple[str, bytes]] = []
             for item in inputs:

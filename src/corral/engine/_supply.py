@@ -9,6 +9,7 @@ runtime on disk, a third of the fork cost. Anything else, and every session, use
 from __future__ import annotations
 
 import ast
+import functools
 import logging
 import os
 import stat
@@ -31,6 +32,7 @@ logger = logging.getLogger("corral.engine")
 _STDLIB = frozenset(sys.stdlib_module_names)
 
 
+@functools.lru_cache(maxsize=256)  # batches and RL rewards run one program for many cases
 def stdlib_only(code: str) -> bool:
     """True when every import the code states is of the standard library.
 

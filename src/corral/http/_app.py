@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import FastAPI
 
 import corral
@@ -9,9 +11,10 @@ from corral import _fs
 from corral._config import Config
 from corral.e2b import E2BGateway, E2BService
 from corral.errors import ConfigError
-from corral.http import _container, _files_api, _gateway, _own
+from corral.http import _container, _files_api, _gateway, _own, _playground, _sandboxfusion
 from corral.http._auth import Keyring
 from corral.http._body import BodyLimit
+from corral.http._docs import install_docs
 from corral.http._errors import install_error_handlers
 from corral.http._metrics import Metrics
 from corral.http._sessions import Registry
@@ -47,13 +50,17 @@ def create_app(engine: EngineAPI, config: Config) -> FastAPI:
         store = FileStore(config.data_dir / "files")
         registry = Registry(engine, config.max_sessions_per_key)
         state.gateway = Gateway(keyring=keyring, store=store, registry=registry)
-        for router in (_gateway.router, _files_api.router, _own.router):
+        routers = (_gateway.router, _files_api.router, _own.router, _playground.router)
+        for router in (*routers, _sandboxfusion.router):
             app.include_router(router)
+        if config.open_run_code:
+            logging.getLogger("corral.http").warning(_sandboxfusion.OPEN_WARNING)
     else:
         state.container = _container.ContainerSession(engine)
         app.include_router(_container.router)
     app.include_router(_own.metrics_router)
     app.state.corral = state
+    install_docs(app, gateway=gateway)
     install_error_handlers(app, plain_text=gateway)
     app.add_middleware(
         BodyLimit,

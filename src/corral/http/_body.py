@@ -13,9 +13,11 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["UPLOAD_FRAMING", "BodyLimit"]
+__all__ = ["OWN_JSON_PATHS", "UPLOAD_FRAMING", "BodyLimit"]
 
 UPLOAD_FRAMING = 64 * 1024  # bytes of multipart headers and boundaries allowed around a file
+OWN_JSON_PATHS = frozenset({"/v1/execute"})
+"""corral's own routes, answered in its JSON error shape."""
 
 
 class BodyLimit:
@@ -41,10 +43,11 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         upload = self.is_upload(scope["method"], scope["path"])
+        own = scope["path"] in OWN_JSON_PATHS
         limit = self.max_upload_bytes if upload else self.max_request_bytes
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            await self._refuse(send, upload)
+            await self._refuse(send, upload, own)
             return
         received = 0
         refused = started = False
@@ -59,7 +62,7 @@ class BodyLimit:
                 if received > limit:
                     refused = True
                     if not started:
-                        await self._refuse(send, upload)
+                        await self._refuse(send, upload, own)
                     # The app sees a client that went away and stops reading.
                     return {"type": "http.disconnect"}
             return message
@@ -72,8 +75,11 @@ class BodyLimit:
 
         await self.app(scope, limited_receive, guarded_send)
 
-    async def _refuse(self, send: Send, upload: bool) -> None:
-        if upload:  # the interpreter's own answer, in both modes (dial-api.md §4.6)
+    async def _refuse(self, send: Send, upload: bool, own: bool) -> None:
+        if own:  # corral's own routes speak one JSON error shape
+            error = {"type": "too_large", "message": "Request body too large"}
+            body, media = json.dumps({"error": error}).encode(), b"application/json"
+        elif upload:  # the interpreter's own answer, in both modes (dial-api.md §4.6)
             body, media = json.dumps({"detail": "File too large"}).encode(), b"application/json"
         elif self.plain_text:
             body, media = b"Request body too large", b"text/plain; charset=utf-8"

@@ -19,7 +19,18 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
 from corral.errors import FileTooLarge, InvalidPath, SessionClosed, SessionDiskFull, SessionNotFound
+from corral.http._cancel import Hungup, until_hangup
+from corral.http._docs import (
+    ContainerHealth,
+    Detail,
+    DialExecuteResponse,
+    DialFileResponse,
+    DialFilesResponse,
+    json_model,
+    multipart_body,
+)
 from corral.http._errors import BUSY_TEXT, MappedRoute, fail
+from corral.http._gateway import code_too_long
 from corral.http._multipart import MultipartReader, content_type_of
 from corral.http._paths import Resolved, bad_path, resolve
 from corral.http._responses import json_response
@@ -88,24 +99,56 @@ def _resolve(state: State, path: str) -> Resolved:
     return resolve(path, str(state.config.mount_folder))
 
 
-@router.get("/health")
+_DETAIL = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Detail"}}}}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"description": text, **_DETAIL}
+    for status, text in (
+        (400, "Bad path, missing or mismatching x-dial-session-id, code over the limit"),
+        (404, "File not found"),
+        (413, "File too large"),
+        (503, "Mismatching x-dial-session-id, or busy"),
+    )
+}
+json_model(Detail)
+
+
+@router.get("/health", response_model=ContainerHealth)
 async def health(request: Request) -> Response:
     await _session(state_of(request))  # healthy only once executions can start
     return json_response({"status": "HEALTHY"})
 
 
-@router.post("/execute_code")
+@router.post("/execute_code", response_model=DialExecuteResponse, responses=_ERRORS)
 async def execute_code(body: CodeRequest, request: Request) -> Response:
     state = state_of(request)
     _check_session_header(state, request)
-    result = await (await _session(state)).run(body.code)
+    limit = state.config.limits().code_chars
+    if len(body.code) > limit:
+        fail(400, code_too_long(len(body.code), limit))
+    session = await _session(state)
+    result = await until_hangup(
+        request.receive, lambda hangup: session.run(body.code, cancel=hangup)
+    )
+    if isinstance(result, Hungup):
+        return Response()
     state.metrics.observe("execute_code", result.outcome, result.elapsed_ms)
     if result.outcome == "busy":
         fail(503, BUSY_TEXT, retry=True)
     return json_response(result.as_dial())
 
 
-@router.post("/download_file")
+@router.post(
+    "/download_file",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            }
+        },
+        **_ERRORS,
+    },
+)
 async def download_file(body: PathRequest, request: Request) -> Response:
     state = state_of(request)
     _check_session_header(state, request)
@@ -121,7 +164,7 @@ async def download_file(body: PathRequest, request: Request) -> Response:
     return Response(data, media_type="application/octet-stream")
 
 
-@router.post("/list_files")
+@router.post("/list_files", response_model=DialFilesResponse, responses=_ERRORS)
 async def list_files(body: ListRequest, request: Request) -> Response:
     state = state_of(request)
     _check_session_header(state, request)
@@ -135,7 +178,12 @@ def _invalid_file(kind: str, value: Any, message: str, **extra: Any) -> RequestV
     return RequestValidationError([error])
 
 
-@router.post("/upload_file", openapi_extra={"requestBody": {"required": True}})
+@router.post(
+    "/upload_file",
+    openapi_extra=multipart_body("the target path is this part's filename"),
+    response_model=DialFileResponse,
+    responses=_ERRORS,
+)
 async def upload_file(request: Request) -> Response:
     state = state_of(request)
     # Before reading the body, so an unauthenticated caller cannot stream a large file.

@@ -5,7 +5,8 @@ else that escapes a handler passes through :class:`MappedRoute`, which turns a `
 into its status from :data:`STATUS_BY_ERROR` and any other exception into 500 ``Internal
 error`` (logged, never echoed). The gateway speaks DIAL Core's plain-text bodies, except for
 errors DIAL relays from its interpreter container, which are JSON (``detail`` given as a
-dict); container mode always answers ``{"detail": ...}``.
+dict); container mode always answers ``{"detail": ...}``. corral's own routes (:class:`OwnRoute`)
+answer ``{"error": {"type", "message", "field"?}}`` whatever the mode.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -35,13 +37,18 @@ from corral.errors import (
     SessionNotFound,
     ZygoteUnavailable,
 )
+from corral.http._responses import json_response
 
 __all__ = [
     "BUSY_TEXT",
     "RETRY_AFTER",
     "STATUS_BY_ERROR",
     "UNAVAILABLE_TEXT",
+    "ApiError",
     "MappedRoute",
+    "OwnRoute",
+    "describe_invalid",
+    "error_body",
     "fail",
     "install_error_handlers",
     "status_for",
@@ -165,3 +172,98 @@ async def _invalid_request(request: Request, exc: Exception) -> Response:
     except UnicodeEncodeError:
         body = json.dumps({"detail": errors}, ensure_ascii=True, separators=(",", ":"))
         return Response(body, 422, media_type="application/json")
+
+
+_TYPE_BY_STATUS = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+    422: "invalid_request",
+    429: "too_many_sessions",
+    500: "internal",
+    503: "busy",
+}
+
+
+class ApiError(HTTPException):
+    """A request problem on corral's own routes, naming the offending field when there is one."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        field: str | None = None,
+        kind: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(status, message, headers=headers)
+        self.field = field
+        self.kind = kind or _TYPE_BY_STATUS.get(status, "error")
+
+
+def error_body(kind: str, message: str, field: str | None = None) -> dict[str, Any]:
+    """corral's one JSON error shape."""
+    error: dict[str, Any] = {"type": kind, "message": message}
+    if field is not None:
+        error["field"] = field
+    return {"error": error}
+
+
+def describe_invalid(exc: ValidationError) -> tuple[str, str | None]:
+    """A validation failure as one sentence naming its field, and that field (dotted path)."""
+    first = exc.errors(include_url=False)[0]
+    loc = [str(part) for part in first.get("loc", ())]
+    field = ".".join(loc) or None
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        return f"the body is not valid JSON ({first.get('ctx', {}).get('error', 'syntax')})", None
+    if field is None:
+        return "the body must be a JSON object", None
+    if kind == "extra_forbidden":
+        return f"unknown field {field!r}", field
+    if kind == "missing":
+        return f"missing field {field!r}", field
+    return f"field {field!r}: {first.get('msg', 'invalid value')}", field
+
+
+def _own_answer(exc: Exception) -> Response:
+    if isinstance(exc, RequestValidationError):
+        errors = exc.errors()
+        loc = [str(p) for p in (errors[0].get("loc", ()) if errors else ()) if p != "body"]
+        field = ".".join(loc) or None
+        message = f"field {field!r}: {errors[0].get('msg')}" if field and errors else "invalid"
+        return json_response(error_body("invalid_request", message, field), 422)
+    if not isinstance(exc, StarletteHTTPException):
+        exc = _as_http(exc)
+    assert isinstance(exc, StarletteHTTPException)
+    detail: Any = exc.detail
+    if isinstance(detail, dict):  # a relayed interpreter body: {"detail": "..."}
+        detail = str(detail.get("detail", detail))
+    field = getattr(exc, "field", None)
+    kind = getattr(exc, "kind", None) or _TYPE_BY_STATUS.get(exc.status_code, "error")
+    if exc.status_code == 503 and detail == UNAVAILABLE_TEXT:
+        kind = "unavailable"
+    return json_response(
+        error_body(kind, str(detail), field), exc.status_code, headers=dict(exc.headers or {})
+    )
+
+
+class OwnRoute(APIRoute):
+    """corral's own routes: every failure, authentication included, in the JSON error shape."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def answered(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except (StarletteHTTPException, RequestValidationError) as exc:
+                return _own_answer(exc)
+            except Exception as exc:  # noqa: BLE001 - _as_http logs what it does not know
+                return _own_answer(_as_http(exc))
+
+        return answered

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request, Response
 from corral import _fs
 from corral.errors import FileTooLarge
 from corral.http._auth import Caller
+from corral.http._docs import BucketResponse, FileMetadata, json_model, multipart_body, plain_errors
 from corral.http._errors import MappedRoute, fail
 from corral.http._multipart import MultipartReader
 from corral.http._responses import file_response, json_response
@@ -90,7 +91,17 @@ def file_metadata(file: StoredFile) -> dict[str, Any]:
 router = APIRouter(route_class=MappedRoute)
 
 
-@router.get("/v1/bucket")
+_BINARY = {"type": "string", "format": "binary"}
+_BYTES: dict[str, Any] = {"content": {"application/octet-stream": {"schema": _BINARY}}}
+_METADATA: dict[str, Any] = {
+    "content": {
+        "application/json": {"schema": {"$ref": f"#/components/schemas/{FileMetadata.__name__}"}}
+    }
+}
+json_model(FileMetadata)
+
+
+@router.get("/v1/bucket", response_model=BucketResponse, responses=plain_errors(401))
 async def get_bucket(request: Request) -> Response:
     caller = caller_of(request)
     return json_response({"bucket": caller.bucket})
@@ -110,7 +121,12 @@ def _target(request: Request) -> tuple[State, Caller, FileUrl]:
     return state, caller, target
 
 
-@router.put("/v1/files/{bucket}/{path:path}")
+@router.put(
+    "/v1/files/{bucket}/{path:path}",
+    response_class=Response,
+    openapi_extra=multipart_body("the file to store; its part's content type is kept"),
+    responses={200: {"description": "DIAL's FileMetadata", **_METADATA}, **plain_errors(400, 403)},
+)
 async def put_file(request: Request) -> Response:
     state, caller, target = _target(request)
     if target.is_folder or not target.path:
@@ -148,7 +164,11 @@ async def _complete(reader: MultipartReader) -> AsyncIterator[bytes]:
         fail(400, "Malformed multipart body")
 
 
-@router.get("/v1/files/{bucket}/{path:path}")
+@router.get(
+    "/v1/files/{bucket}/{path:path}",
+    response_class=Response,
+    responses={200: {"description": "The stored bytes", **_BYTES}, **plain_errors(400, 403, 404)},
+)
 async def get_file(request: Request) -> Response:
     state, caller, target = _target(request)
     if target.is_folder:
@@ -163,7 +183,11 @@ async def get_file(request: Request) -> Response:
     return file_response(fd, size, media_type=stored.content_type, headers={"ETag": stored.etag})
 
 
-@router.delete("/v1/files/{bucket}/{path:path}")
+@router.delete(
+    "/v1/files/{bucket}/{path:path}",
+    response_class=Response,
+    responses={200: {"description": "Deleted (empty body)"}, **plain_errors(400, 403, 404)},
+)
 async def delete_file(request: Request) -> Response:
     state, caller, target = _target(request)
     if target.is_folder:

@@ -6,12 +6,24 @@ order. Bodies are exactly DIAL's fields; corral's richer result stays on ``/v1/e
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 from fastapi import APIRouter, Depends, Request, Response
 
 from corral.engine import ExecutionResult
 from corral.errors import SessionClosed, SessionNotFound
 from corral.http._auth import Caller
+from corral.http._cancel import Hungup, until_hangup
+from corral.http._docs import (
+    DialExecuteResponse,
+    DialFileResponse,
+    DialFilesResponse,
+    DialSessionResponse,
+    json_body,
+    multipart_body,
+    plain_errors,
+)
 from corral.http._errors import BUSY_TEXT, MappedRoute, fail
 from corral.http._files_api import file_metadata
 from corral.http._models import (
@@ -38,13 +50,28 @@ from corral.http._transfers import (
     write_output,
 )
 
-__all__ = ["router"]
+__all__ = ["code_too_long", "router"]
 
 router = APIRouter(
     prefix="/v1/ops/code_interpreter",
     route_class=MappedRoute,
     dependencies=[Depends(require_caller)],
 )
+
+
+_BYTES: dict[str, Any] = {
+    "description": "The file's bytes",
+    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+}
+_METADATA: dict[str, Any] = {
+    "description": "DIAL's FileMetadata of the stored file",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/FileMetadata"}}},
+}
+
+
+def code_too_long(length: int, limit: int) -> str:
+    """DIAL's ``execute_code`` refusing code over the limit, naming the field and the limit."""
+    return f"Field 'code' is too long: {length} characters, the limit (code_chars) is {limit}"
 
 
 def _context(request: Request) -> tuple[State, Caller]:
@@ -59,7 +86,11 @@ def _session_id(
     return body.sessionId
 
 
-@router.post("/open_session")
+@router.post(
+    "/open_session",
+    openapi_extra=json_body(SessionBody),
+    responses={200: {"model": DialSessionResponse}, **plain_errors(400, 403, 429, 503)},
+)
 async def open_session(request: Request) -> Response:
     state, caller = _context(request)
     state.keyring.require_code_role(caller)
@@ -68,7 +99,11 @@ async def open_session(request: Request) -> Response:
     return json_response({"sessionId": session_id})
 
 
-@router.post("/get_session")
+@router.post(
+    "/get_session",
+    openapi_extra=json_body(SessionBody),
+    responses={200: {"model": DialSessionResponse}, **plain_errors(400, 404, 503)},
+)
 async def get_session(request: Request) -> Response:
     state, caller = _context(request)
     session_id = _session_id(await parse_body(request, SessionBody))
@@ -76,7 +111,11 @@ async def get_session(request: Request) -> Response:
     return json_response({"sessionId": session_id})
 
 
-@router.post("/close_session")
+@router.post(
+    "/close_session",
+    openapi_extra=json_body(SessionBody),
+    responses={200: {"model": DialSessionResponse}, **plain_errors(400, 404, 503)},
+)
 async def close_session(request: Request) -> Response:
     state, caller = _context(request)
     session_id = _session_id(await parse_body(request, SessionBody))
@@ -84,7 +123,11 @@ async def close_session(request: Request) -> Response:
     return json_response({"sessionId": session_id})
 
 
-@router.post("/list_files")
+@router.post(
+    "/list_files",
+    openapi_extra=json_body(SessionBody),
+    responses={200: {"model": DialFilesResponse}, **plain_errors(400, 404, 503)},
+)
 async def list_files(request: Request) -> Response:
     state, caller = _context(request)
     session_id = _session_id(await parse_body(request, SessionBody))
@@ -97,7 +140,12 @@ async def list_files(request: Request) -> Response:
     return json_response(body, headers=listing_headers(files))
 
 
-@router.post("/download_file")
+@router.post(
+    "/download_file",
+    response_class=Response,
+    openapi_extra=json_body(DownloadBody),
+    responses={200: _BYTES, **plain_errors(400, 404, 503)},
+)
 async def download_file(request: Request) -> Response:
     state, caller = _context(request)
     body = await parse_body(request, DownloadBody)
@@ -111,7 +159,11 @@ async def download_file(request: Request) -> Response:
     return Response(data, media_type="application/octet-stream")
 
 
-@router.post("/upload_file")
+@router.post(
+    "/upload_file",
+    openapi_extra=multipart_body("the target path is this part's filename"),
+    responses={200: {"model": DialFileResponse}, **plain_errors(400, 404, 413, 503)},
+)
 async def upload_file(request: Request) -> Response:
     state, caller = _context(request)
     session_id = request.query_params.get("session_id")
@@ -139,7 +191,11 @@ async def upload_file(request: Request) -> Response:
     return json_response({"path": target.relative, "size": size})
 
 
-@router.post("/transfer_input_file")
+@router.post(
+    "/transfer_input_file",
+    openapi_extra=json_body(TransferInBody),
+    responses={200: {"model": DialFileResponse}, **plain_errors(400, 403, 404, 413, 503)},
+)
 async def transfer_input_file(request: Request) -> Response:
     state, caller = _context(request)
     body = await parse_body(request, TransferInBody)
@@ -153,7 +209,12 @@ async def transfer_input_file(request: Request) -> Response:
     return json_response({"path": resolve_upload_target(target_path).relative, "size": size})
 
 
-@router.post("/transfer_output_file")
+@router.post(
+    "/transfer_output_file",
+    response_class=Response,
+    openapi_extra=json_body(TransferOutBody),
+    responses={200: _METADATA, **plain_errors(400, 403, 404, 503)},
+)
 async def transfer_output_file(request: Request) -> Response:
     state, caller = _context(request)
     body = await parse_body(request, TransferOutBody)
@@ -167,24 +228,44 @@ async def transfer_output_file(request: Request) -> Response:
     return json_response(file_metadata(stored))
 
 
-@router.post("/execute_code")
+@router.post(
+    "/execute_code",
+    openapi_extra=json_body(ExecuteBody),
+    responses={200: {"model": DialExecuteResponse}, **plain_errors(400, 403, 404, 503)},
+)
 async def execute_code(request: Request) -> Response:
     state, caller = _context(request)
     state.keyring.require_code_role(caller)
     body = await parse_body(request, ExecuteBody)
     if body.code is None:
         fail(400, "Missing code")
+    limit = state.config.limits().code_chars
+    if len(body.code) > limit:
+        fail(400, code_too_long(len(body.code), limit))
+    code = body.code
     if body.sessionId is None and not body.inputFiles and not body.outputFiles:
         # No files to move: a one-shot worker is a temporary session that costs less.
-        result = await state.engine.run(body.code, tenant=caller.owner)
-        return _answer(state, result)
+        ran = await until_hangup(
+            request.receive, lambda _: state.engine.run(code, tenant=caller.owner), abandon=True
+        )
+        return Response() if isinstance(ran, Hungup) else _answer(state, ran)
     if body.sessionId is None:
-        async with state.registry.temporary(caller.owner) as session:
-            return await _execute(state, caller, session, body)
+        async with state.registry.temporary(caller.owner) as temporary:
+            return _answered(
+                await until_hangup(
+                    request.receive, lambda hangup: _execute(state, caller, temporary, body, hangup)
+                )
+            )
     session = state.registry.lookup(caller.owner, body.sessionId)
-    cancel = state.registry.cancel_event(caller.owner, body.sessionId)
+    closed = state.registry.cancel_event(caller.owner, body.sessionId)
     try:
-        response = await _execute(state, caller, session, body, cancel)
+        response = _answered(
+            await until_hangup(
+                request.receive,
+                lambda hangup: _execute(state, caller, session, body, hangup),
+                also=closed,
+            )
+        )
     except Exception:
         if state.registry.is_closed(caller.owner, session, body.sessionId):
             not_found(body.sessionId)  # closed under the run, however the run ended
@@ -211,6 +292,10 @@ async def _execute(
             source_path, target = check_output(caller, output)
             await write_output(state, session, source_path, target)
     return _answer(state, result)
+
+
+def _answered(response: Response | Hungup) -> Response:
+    return Response() if isinstance(response, Hungup) else response
 
 
 def _answer(state: State, result: ExecutionResult) -> Response:

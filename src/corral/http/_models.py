@@ -2,6 +2,8 @@
 
 Malformed JSON, an empty body, ``null``, a non-object, a wrong type or any unknown field is
 400 ``Not valid JSON body`` (dial-api.md §5.1); ``null`` for an optional field equals absent.
+corral appends which field was wrong (``Not valid JSON body: unknown field 'timeout'``): DIAL's
+clients act on the status, and a person reading the text learns what to fix.
 The field names are DIAL's, so they stay camelCase.
 """
 
@@ -12,7 +14,7 @@ from typing import TypeVar
 from fastapi import Request
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from corral.http._errors import fail
+from corral.http._errors import describe_invalid, fail
 
 __all__ = [
     "DownloadBody",
@@ -75,8 +77,8 @@ async def parse_body(request: Request, model: type[Body]) -> Body:
     raw = await request.body()
     try:
         return model.model_validate_json(raw)
-    except ValidationError:
-        fail(400, "Not valid JSON body")
+    except ValidationError as exc:
+        fail(400, f"Not valid JSON body: {describe_invalid(exc)[0]}")
 
 
 def file_path_ok(path: str | None) -> bool:

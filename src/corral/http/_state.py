@@ -15,7 +15,7 @@ from fastapi import Request
 
 from corral._config import Config
 from corral._limits import Limits
-from corral.engine import ExecutionResult, FileInfo
+from corral.engine import ExecutionResult, FileInfo, OutputListener
 from corral.http._auth import Caller, Keyring
 from corral.http._metrics import Metrics
 
@@ -58,6 +58,7 @@ class SessionAPI(Protocol):
         *,
         limits: Limits | None = None,
         cancel: anyio.Event | None = None,
+        on_output: OutputListener | None = None,
         tenant: str = "",
     ) -> ExecutionResult: ...
 
@@ -74,7 +75,13 @@ class EngineAPI(Protocol):
     """The engine (``corral.engine.Engine``), started by whoever built the app."""
 
     async def run(
-        self, code: str, *, limits: Limits | None = None, tenant: str = ""
+        self,
+        code: str,
+        *,
+        limits: Limits | None = None,
+        cancel: anyio.Event | None = None,
+        on_output: OutputListener | None = None,
+        tenant: str = "",
     ) -> ExecutionResult: ...
 
     async def open_session(self) -> Any: ...

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+from base64 import b64decode, b64encode
 from dataclasses import dataclass
 from json import JSONEncoder, loads
 from typing import Any
@@ -102,6 +103,10 @@ class RunRequest:
     inputs: tuple[InputSpec, ...] = ()
     argv: tuple[str, ...] | None = None
     """``sys.argv`` for the code; ``("-c",)`` when None."""
+    stdin: bytes | None = None
+    """A one-shot run's standard input, then EOF; None: EOF at once."""
+    files: tuple[tuple[str, bytes], ...] = ()
+    """(relative path, content) written into a one-shot run's working folder first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,15 +249,18 @@ def encode_message(message: WorkerMessage | RunRequest) -> bytes:
         )
     if isinstance(message, RunRequest):
         limits = message.limits
-        return encode_json(
-            {
-                "t": "run",
-                "code": message.code,
-                "limits": {name: getattr(limits, name) for name in RunLimits.__slots__},
-                "inputs": [[i.id, i.media_type, i.original, i.name] for i in message.inputs],
-                "argv": None if message.argv is None else list(message.argv),
-            }
-        )
+        request: dict[str, Any] = {
+            "t": "run",
+            "code": message.code,
+            "limits": {name: getattr(limits, name) for name in RunLimits.__slots__},
+            "inputs": [[i.id, i.media_type, i.original, i.name] for i in message.inputs],
+            "argv": None if message.argv is None else list(message.argv),
+        }
+        if message.stdin is not None:
+            request["stdin"] = b64encode(message.stdin).decode("ascii")
+        if message.files:
+            request["files"] = [[p, b64encode(d).decode("ascii")] for p, d in message.files]
+        return encode_json(request)
     return encode_json({"t": "ready" if isinstance(message, Ready) else "started"})
 
 
@@ -273,6 +281,7 @@ def decode_request(payload: bytes) -> RunRequest:
     """The worker's side: a request from the engine (trusted, but still checked for shape)."""
     raw = _load(payload)
     limits = raw["limits"]
+    stdin = raw.get("stdin")
     return RunRequest(
         code=str(raw["code"]),
         limits=RunLimits(**{name: int(limits[name]) for name in RunLimits.__slots__}),
@@ -281,6 +290,8 @@ def decode_request(payload: bytes) -> RunRequest:
             for i, m, o, n in raw["inputs"]
         ),
         argv=None if raw.get("argv") is None else tuple(str(a) for a in raw["argv"]),
+        stdin=None if stdin is None else b64decode(stdin),
+        files=tuple((str(p), b64decode(d)) for p, d in raw.get("files", ())),
     )
 
 

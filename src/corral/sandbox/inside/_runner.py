@@ -38,7 +38,7 @@ from corral.sandbox._protocol import (
     read_frame_sync,
     write_frames_sync,
 )
-from corral.sandbox.inside import _isolate
+from corral.sandbox.inside import _feed, _isolate
 from corral.sandbox.inside._cell import CellOutput, Display, execute_cell, no_input, prepare_script
 from corral.sandbox.inside._fitting import DisplaySender, clip, fit_result
 from corral.sandbox.inside._walk import collect_files
@@ -180,6 +180,8 @@ def _serve_one(request: RunRequest, namespace: dict[str, Any], cwd: str, session
         session=session,
     )
     os.chdir(cwd)
+    if not session:
+        _feed.feed(request.stdin, request.files, cwd)
     namespace["input_files"], namespace["input_assets"] = _inputs(request.inputs)
     link_sources(request.inputs, cwd)
     filename = prepare_script(namespace, request.argv, cwd)

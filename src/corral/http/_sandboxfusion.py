@@ -1,0 +1,231 @@
+"""SandboxFusion's ``POST /run_code`` and corral's ``POST /run_code_batch`` (gateway mode).
+
+For RL trainers (verl, OpenRLHF, SkyRL) and evaluations: one fresh isolated run per call or per
+test case, answered in SandboxFusion's shape (``_sandboxfusion_wire``). verl retries only a
+504 and scores any other error -1, so these routes answer 200 for everything a program does,
+504 with ``Retry-After`` when no worker frees up in time (or the server is stopping), 401/403
+for keys, 422 for a body SandboxFusion would refuse, and no other status.
+
+``run_timeout`` is the program's own wall-clock budget, as in SandboxFusion: time spent waiting
+for a worker does not count against it (a correct program must not score as timed out because
+other callers' programs loop). That wait is bounded by ``compile_timeout``, which Python has
+no other use for and which verl already adds to its client timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, NoReturn, Protocol, TypeVar, cast
+
+import anyio
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ValidationError
+
+from corral._limits import Limits
+from corral.engine import ExecutionResult
+from corral.errors import EngineClosed
+from corral.http._errors import RETRY_AFTER, fail
+from corral.http._responses import json_response
+from corral.http._sandboxfusion_wire import (
+    BatchBody,
+    BatchCase,
+    RunCodeBody,
+    decode_files,
+    passed,
+    sandbox_error,
+    to_response,
+    validation_detail,
+)
+from corral.http._state import State, caller_of, state_of
+
+__all__ = ["OPEN_WARNING", "router"]
+
+logger = logging.getLogger("corral.http")
+
+_MIB = 1024 * 1024
+CODE_CHARS = 1_000_000
+"""Longest program accepted here: generated solutions and harnesses run long."""
+OUTPUT_CHARS = 1 * _MIB
+"""Per channel, as SandboxFusion reads each one (up to 1 MiB): stdout is compared whole."""
+MAX_MEMORY_MB = 4096
+"""Largest ``memory_limit_MB`` honoured (SandboxFusion's lite isolation is fixed at 4 GiB)."""
+MIN_QUEUE_WAIT = 1.0
+"""Seconds a run may always wait for a worker, even with ``compile_timeout`` 0."""
+OPEN_WARNING = (
+    "open_run_code is on: /run_code and /run_code_batch answer without an API key; "
+    "serve them only on a private network"
+)
+
+router = APIRouter()
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+class _FedEngine(Protocol):
+    """The part of ``corral.engine.Engine`` these routes call."""
+
+    async def run(
+        self,
+        code: str,
+        *,
+        limits: Limits | None = None,
+        stdin: bytes | None = None,
+        files: Mapping[str, bytes] | None = None,
+        queue_timeout: float | None = None,
+        tenant: str = "",
+    ) -> ExecutionResult: ...
+
+    def statistics(self) -> Any: ...
+
+
+class _Busy(Exception):
+    """No worker became free in time: the whole request answers 504."""
+
+
+def _authorize(request: Request) -> tuple[State, str]:
+    """The state and the tenant the runs are scheduled as: the key's owner, or in open mode
+    the client's address (trainers on one private network then share the workers fairly)."""
+    state = state_of(request)
+    if state.config.open_run_code:
+        host = request.client.host if request.client is not None else ""
+        return state, f"address:{host}"
+    caller = caller_of(request)
+    state.keyring.require_code_role(caller)
+    return state, caller.owner
+
+
+async def _parse(request: Request, model: type[Body]) -> Body:
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        _unprocessable(validation_detail(exc))
+
+
+def _unprocessable(detail: list[dict[str, Any]]) -> NoReturn:
+    fail(422, {"detail": detail})
+
+
+def _busy(message: str) -> Response:
+    return json_response({"detail": message}, 504, headers={"Retry-After": RETRY_AFTER})
+
+
+def _limits(state: State, run_timeout: float, memory_mb: int) -> Limits:
+    base = state.config.limits()
+    changes: dict[str, Any] = {
+        "timeout": min(run_timeout, base.timeout),
+        "code_chars": max(base.code_chars, CODE_CHARS),
+        "output_chars": max(base.output_chars, OUTPUT_CHARS),
+        "output_bytes": max(base.output_bytes, 3 * OUTPUT_CHARS),
+    }
+    if memory_mb > 0:
+        changes["memory_bytes"] = min(memory_mb, MAX_MEMORY_MB) * _MIB
+    return base.replace(**changes)
+
+
+def _stdin(text: str | None) -> bytes | None:
+    return None if text is None else text.encode("utf-8", "surrogatepass")
+
+
+async def _run(
+    state: State,
+    code: str,
+    *,
+    limits: Limits,
+    stdin: bytes | None,
+    files: Mapping[str, bytes],
+    queue_wait: float,
+    tenant: str,
+) -> ExecutionResult:
+    """One run; raises ``_Busy`` instead of returning a ``busy`` result."""
+    engine = cast(_FedEngine, state.engine)
+    try:
+        result = await engine.run(
+            code,
+            limits=limits,
+            stdin=stdin,
+            files=files,
+            queue_timeout=max(queue_wait, MIN_QUEUE_WAIT),
+            tenant=tenant,
+        )
+    except EngineClosed as exc:
+        raise _Busy("the server is stopping; try another replica or again later") from exc
+    state.metrics.observe("run_code", result.outcome, result.elapsed_ms)
+    if result.outcome == "busy":
+        raise _Busy(result.message or "no worker is free; try again")
+    return result
+
+
+@router.post("/run_code")
+async def run_code(request: Request) -> Response:
+    """SandboxFusion's ``run_code`` for Python, field for field."""
+    state, tenant = _authorize(request)
+    body = await _parse(request, RunCodeBody)
+    files, problems = decode_files(body.files)
+    if problems:
+        _unprocessable(problems)
+    try:
+        result = await _run(
+            state,
+            body.code,
+            limits=_limits(state, body.run_timeout, body.memory_limit_MB),
+            stdin=_stdin(body.stdin),
+            files=files,
+            queue_wait=body.compile_timeout,
+            tenant=tenant,
+        )
+    except _Busy as exc:
+        return _busy(str(exc))
+    except Exception:  # a broken sandbox is SandboxError, never a 500 that reads as a crash
+        logger.exception("run_code failed")
+        return json_response(sandbox_error("exception on running code (see the server log)"))
+    return json_response(to_response(result, body.fetch_files))
+
+
+@router.post("/run_code_batch")
+async def run_code_batch(request: Request) -> Response:
+    """One program against many cases, each a fresh isolated run; results in case order.
+
+    A batch runs at most ``capacity`` cases at once, so it cannot crowd other callers out of
+    the queue, and a case that times out holds one worker for its own timeout only.
+    """
+    state, tenant = _authorize(request)
+    body = await _parse(request, BatchBody)
+    files, problems = decode_files(body.files)
+    if problems:
+        _unprocessable(problems)
+    results: list[dict[str, Any] | None] = [None] * len(body.cases)
+    limiter = anyio.CapacityLimiter(max(1, int(state.engine.statistics().capacity)))
+    busy: list[str] = []
+
+    async def one(index: int, case: BatchCase, scope: anyio.CancelScope) -> None:
+        limits = _limits(state, case.run_timeout or body.run_timeout, body.memory_limit_MB)
+        async with limiter:
+            try:
+                result = await _run(
+                    state,
+                    body.code,
+                    limits=limits,
+                    stdin=_stdin(case.stdin),
+                    files=files,
+                    queue_wait=body.compile_timeout,
+                    tenant=tenant,
+                )
+            except _Busy as exc:
+                busy.append(str(exc))
+                scope.cancel()
+                return
+            except Exception:
+                logger.exception("run_code_batch case failed")
+                answer = sandbox_error("exception on running code (see the server log)")
+            else:
+                answer = to_response(result, [])
+        answer["passed"] = passed(answer, case.expected_stdout)
+        results[index] = answer
+
+    async with anyio.create_task_group() as tg:
+        for index, case in enumerate(body.cases):
+            tg.start_soon(one, index, case, tg.cancel_scope)
+    if busy:
+        return _busy(busy[0])
+    return json_response({"results": results})
