@@ -32,7 +32,13 @@ def engine_options(config: Config) -> dict[str, Any]:
     if config.mode == "container":
         # The platform, not corral, ends this session.
         options["session_idle_timeout"] = _CONTAINER_SESSION_LIFETIME
+        # DIAL's container keeps its files in MOUNT_FOLDER, where a volume or a sidecar sees
+        # them and where they outlive a restart.
+        options["session_data_dir"] = config.mount_folder
     return options
+
+
+_uvicorn_log = logging.getLogger("uvicorn.error")
 
 
 class _Server(uvicorn.Server):
@@ -42,6 +48,17 @@ class _Server(uvicorn.Server):
     the engine has stopped its zygotes and workers; here the signal only asks to stop, and
     ``serve_async`` returns normally once everything is down.
     """
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if sockets and self.started:
+            # uvicorn names the address only when it binds it itself; say it for sockets
+            # bound before (corral serve binds first), in uvicorn's words, once serving.
+            for sock in sockets:
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    host, port = sock.getsockname()[:2]
+                    shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
+                    _uvicorn_log.info("Uvicorn running on http://%s:%d", shown, port)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
