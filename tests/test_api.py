@@ -35,8 +35,8 @@ async def test_sources_from_paths_and_bytes_mount_under_their_names(tmp_path: Pa
         assert len(result.evidence.inputs if result.evidence else ()) == 3
         with pytest.raises(FileNotFoundError):
             await engine.run("1", sources=[tmp_path / "missing.csv"])
-        with pytest.raises(UnsupportedSource):
-            await engine.run("1", sources=[("data.xls", b"\xd0\xcf")])
+        with pytest.raises(UnsupportedSource):  # bytes that are not what their name says
+            await engine.run("1", sources=[("data.xlsx", b"not a zip")])
 
 
 async def test_session_is_exported_and_an_async_context_manager() -> None:

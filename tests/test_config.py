@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from corral._config import ApiKey, Config
+from corral._config import ApiKey, Config, table_values
 from corral._limits import DEFAULT_LIMITS
 from corral.errors import ConfigError
 from corral.tools import DEFAULT_CODE_INTERPRETER_CONFIG
@@ -39,8 +39,11 @@ timeout = 12.5
 [container]
 session_id = "dep-1"
 
-[mistral]
-api_key_env = "X"
+[code_interpreter]
+maxCalls = 3
+
+[mistral.connectorTools]
+autoLoad = ["drive"]
 """
 
 
@@ -86,7 +89,9 @@ def test_file_is_read_and_raw_tables_kept(toml_file: Path) -> None:
     assert config.capacity == 3
     assert config.limits().timeout == 12.5
     assert config.session_id == "dep-1"
-    assert config.raw_toml["mistral"] == {"api_key_env": "X"}
+    # Other packages' tables are checked here and reach them snake_case.
+    assert config.raw_toml["code_interpreter"] == {"max_calls": 3}
+    assert config.raw_toml["mistral"] == {"connector_tools": {"auto_load": ["drive"]}}
     assert "k1" not in repr(config.api_keys[0])
 
 
@@ -152,6 +157,16 @@ def test_bad_environment_is_a_config_error(env: dict[str, str], text: str) -> No
         ("[[server.api_keys]]\nkey = 'k'\nuser = 'u'\nrole = ['x']\n", "takes key"),
         ("[server.access]\ncreate_code_app_roles = 'admin'\n", "create_code_app_roles"),
         ("not toml [", "corral.toml"),
+        ("bogus = 1\n", "'bogus' at the top level"),
+        ("[bogus]\nx = 1\n", "'bogus' at the top level"),
+        ("[engine]\nbogus = 1\n", r"'bogus' in \[engine\]"),
+        ("[code_interpreter]\nmaxCalls = 1\nmax_calls = 2\n", "given twice"),
+        ("[code_interpreter]\nmax_calls = 0\n", "code_interpreter.max_calls"),
+        ("[code_interpreter]\nmaxcalls = 1\n", "maxcalls"),
+        ("[mcp]\nmax_calls_per_session = 'many'\n", "mcp.max_calls_per_session"),
+        ("[mistral]\nknowledge = 1\n", r"\[mistral.knowledge\] must be a table"),
+        ("[mistral.connector_tools]\nenabled = 'yes'\n", "enabled"),
+        ("[mistral.knowledge]\nsearch = 'm'\n", "search"),
     ],
 )
 def test_bad_file_is_a_config_error(tmp_path: Path, toml: str, text: str) -> None:
@@ -166,14 +181,42 @@ def test_unknown_flag_is_a_config_error() -> None:
         Config.load(flags={"verbose": True}, environ={})
 
 
-def test_every_field_has_a_docstring_and_a_source() -> None:
+def test_every_field_has_a_row_in_the_one_table() -> None:
     from corral import _config
 
-    source = Path(_config.__file__).read_text()
     for field in dataclasses.fields(Config):
-        assert f"    {field.name}: " in source
         if field.name != "raw_toml":
             assert field.name in _config._FIELDS
+            assert _config._FIELDS[field.name].held
+    for name, spec in _config._FIELDS.items():
+        assert spec.doc.endswith("."), name
+        assert name.rpartition(".")[2].islower(), name  # snake_case everywhere
+
+
+def test_the_reference_page_is_generated_from_the_table() -> None:
+    from corral import _config
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+    assert page.read_text() == _config.reference_markdown(), (
+        "docs/configuration.md is stale: run scripts/make_config_docs.py"
+    )
+    for name in _config._FIELDS:
+        assert f"`{name.rpartition('.')[2]}`" in page.read_text()
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        "[code_interpreter]\nmaxCalls = 5\ntimeoutMs = 900\n",
+        "[code_interpreter]\nmax_calls = 5\ntimeout_ms = 900\n",
+    ],
+)
+def test_camel_case_aliases_and_snake_case_names_read_the_same(tmp_path: Path, toml: str) -> None:
+    path = tmp_path / "corral.toml"
+    path.write_text(toml)
+    config = Config.load(flags={"config": path}, environ={})
+    assert table_values(config.raw_toml, "code_interpreter") == {"max_calls": 5, "timeout_ms": 900}
+    assert table_values(config.raw_toml, "mcp") == {}
 
 
 def test_one_default_timeout_everywhere() -> None:

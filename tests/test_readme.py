@@ -39,3 +39,29 @@ def test_the_example_prints_ok_42() -> None:
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert (done.returncode, done.stdout) == (0, "ok 42\n"), done.stderr
+
+
+def _northstar_block() -> tuple[str, list[str]]:
+    readme = (ROOT / "README.md").read_text()
+    block = next(b for b in readme.split("```sh\n")[1:] if "northstar.xlsx -c" in b)
+    block = block.split("```", 1)[0]
+    command, _, printed = block.partition("\n# ")
+    code = command.split(" -c '", 1)[1].rstrip().removesuffix("'")
+    return code, ("# " + printed).splitlines()
+
+
+@pytest.mark.isolation
+def test_the_northstar_example_prints_what_the_readme_shows() -> None:
+    code, shown = _northstar_block()
+    corral = str(Path(sys.executable).with_name("corral"))
+    done = subprocess.run(
+        [corral, "run", "--source", str(ROOT / "examples" / "northstar.xlsx"), "-c", code],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    printed = [f"# {line}" for line in (done.stderr + done.stdout).splitlines()]
+    assert len(printed) == len(shown), (printed, shown)  # no warning the README leaves out
+    for got, expected in zip(printed, shown, strict=True):
+        head, _, tail = expected.partition("...")
+        assert got.startswith(head), (got, expected)
+        assert got.endswith(tail), (got, expected)

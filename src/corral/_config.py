@@ -1,11 +1,14 @@
 """The one configuration object, from ``corral.toml``, ``CORRAL_*`` variables and flags.
 
-Precedence: flag > environment > file > default. Every field maps onto a flag (its name), a
-``corral.toml`` key and an environment variable; the container-mode settings keep the names
-DIAL's interpreter image uses (``SESSION_ID``, ``UPLOAD_MAX_SIZE``, ``MOUNT_FOLDER``, ...), so
-corral can replace it without new deployment variables. This is the only module that reads the
-environment. Tables other than ``[server]``, ``[engine]`` and ``[container]`` (``[mistral]``,
-...) are left to their packages through :attr:`Config.raw_toml`.
+Precedence: flag > environment > file > default. Every key of ``corral.toml`` is declared once,
+in ``_FIELDS``: where it sits, its type, its environment variables, its old camelCase names and
+what it means; ``docs/configuration.md`` is generated from that table (``reference_markdown``)
+and a test keeps the two equal. Keys of the front ends' own tables (``[code_interpreter]``,
+``[mcp]``, ``[mistral]``) are checked here too and reach their packages, snake_case only,
+through :attr:`Config.raw_toml` and :func:`table_values`. The container-mode settings keep the
+names DIAL's interpreter image uses (``SESSION_ID``, ``UPLOAD_MAX_SIZE``, ``MOUNT_FOLDER``, ...),
+so corral can replace it without new deployment variables. This is the only module that reads
+the environment.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from corral._limits import DEFAULT_LIMITS, Limits
 from corral._uids import UidRange
 from corral.errors import ConfigError
 
-__all__ = ["ApiKey", "Config", "Mode"]
+__all__ = ["ApiKey", "Config", "Mode", "reference_markdown", "table_values"]
 
 Mode = Literal["gateway", "container"]
 Cast = Callable[[Any], Any]
@@ -53,62 +56,39 @@ def _default_data_dir(environ: Mapping[str, str]) -> Path:
 @dataclass(frozen=True, kw_only=True)
 class Config:
     """Everything ``corral serve`` needs, resolved once; below the front ends only
-    :class:`~corral.Limits` and constructor arguments travel."""
+    :class:`~corral.Limits` and constructor arguments travel.
+
+    Each field is a key of ``corral.toml`` of the same name; ``docs/configuration.md`` says
+    what each one means (it is generated from the table of fields in this module).
+    """
 
     host: str | None = None
-    """Address to bind; default ``127.0.0.1`` for gateway, ``0.0.0.0`` for container mode."""
     port: int | None = None
-    """Port to bind; default 8000 for gateway, 8080 (DIAL's image) for container mode."""
     mode: Mode = "gateway"
-    """``gateway``: DIAL Core's operations, many sessions; ``container``: one DIAL container."""
     data_dir: Path = field(default_factory=lambda: _default_data_dir(os.environ))
-    """Files store (SQLite metadata and bytes) and engine session folders."""
     api_keys: tuple[ApiKey, ...] = ()
-    """Gateway credentials; the gateway refuses to start without one."""
     create_code_app_roles: tuple[str, ...] | None = None
-    """DIAL's ``access.createCodeAppRoles``: None allows everyone, ``()`` no one."""
     max_sessions_per_key: int = 32
-    """Open sessions one key may hold; one more answers 429."""
     max_request_bytes: int = 16 * _MIB
-    """Largest request body other than file uploads."""
     upload_max_size: int = 512 * _MIB
-    """Largest uploaded or transferred file (DIAL's ``UPLOAD_MAX_SIZE``)."""
     capacity: int | None = None
-    """Concurrent workers; None means one per CPU."""
     queue_size: int = 256
-    """Runs waiting for a worker; beyond that a run is refused as busy."""
     timeout: float = DEFAULT_LIMITS.timeout
-    """Seconds for one execution (queue + start + run): the one default, ``Limits.timeout``
-    (the seed's 30 s); a request may ask for less, never more."""
     session_idle_timeout: float = 600.0
-    """Seconds after its last use when a session expires (DIAL's ``sessionTtl``)."""
     session_disk_bytes: int = 256 * _MIB
-    """Disk quota of one session folder."""
     list_max_entries: int = 10_000
-    """Files a session listing returns at most; a cut listing says so (``[engine]``)."""
     max_queued_per_key: int = 64
-    """Runs one API key may have waiting for a worker; more are answered busy."""
     shutdown_grace: float = 5.0
-    """Seconds runs in flight may take to finish after SIGTERM before they are cancelled."""
     uid_range: tuple[int, int] | None = None
-    """Host uids for the sandbox as ``(first, count)``: one per live worker or session, the
-    first of each half for a zygote. None: corral's default block (see ``corral doctor``)."""
     session_id: str | None = None
-    """Container mode: the ``x-dial-session-id`` every request must carry (``SESSION_ID``)."""
     mount_folder: Path = Path("/mnt/data")
-    """Container mode: the session root as requests name it (``MOUNT_FOLDER``); user code
-    always sees its folder as ``/mnt/data``, DIAL's own default."""
     download_chunk_size: int = 8192
-    """Container mode: bytes per chunk of a streamed download (``DOWNLOAD_CHUNK_SIZE``)."""
     log_level: str = "INFO"
-    """Logging level name."""
     timeout_keep_alive: int = 60
-    """Seconds an idle HTTP connection is kept open (``TIMEOUT_KEEP_ALIVE``)."""
     open_run_code: bool = False
-    """Serve ``/run_code`` and ``/run_code_batch`` without an API key (a trainer's private
-    network: verl and SandboxFusion's client send none)."""
     raw_toml: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    """The whole parsed ``corral.toml``, for tables other packages own (``[mistral]``)."""
+    """The whole parsed ``corral.toml`` with every key snake_case, for the tables other
+    packages read (``[code_interpreter]``, ``[mcp]``, ``[mistral]``)."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("gateway", "container"):
@@ -190,12 +170,12 @@ class Config:
         env = os.environ if environ is None else environ
         given = dict(flags or {})
         path = given.pop("config", None) or env.get("CORRAL_CONFIG") or None
-        raw = _read_toml(Path(path)) if path else {}
+        raw = _normalize(_read_toml(Path(path))) if path else {}
         values: dict[str, Any] = {"data_dir": _default_data_dir(env)}
         values.update(_from_toml(raw))
         values.update(_from_env(env))
         for name, value in given.items():
-            if name not in _FIELDS:
+            if name not in _FIELDS or not _FIELDS[name].held:
                 raise ConfigError(f"unknown option {name!r}")
             if value is not None:
                 values[name] = _cast(name, _FIELDS[name].cast, value)
@@ -307,39 +287,140 @@ class _Field:
     cast: Cast
     toml: tuple[type, ...]
     """Types accepted from the file (where strings are not parsed as numbers or lists)."""
+    doc: str = ""
+    """What the key means, for docs/configuration.md."""
+    aliases: tuple[str, ...] = ()
+    """Older names still accepted in the file (the seeds' camelCase)."""
+    default: str | None = None
+    """The default as the reference shows it, for keys :class:`Config` does not hold."""
+
+    @property
+    def held(self) -> bool:
+        """Whether :class:`Config` has a field of this name (else a package reads the key)."""
+        return self.default is None
 
 
-_STR, _INT, _NUM, _LIST = (str,), (int,), (int, float), (list,)
+def _positive(value: Any) -> int:
+    number = _int(value)
+    if number < 1:
+        raise ValueError(f"expected a positive integer, not {number}")
+    return number
+
+
+def _names(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+        raise TypeError("expected a list of strings")
+    return list(value)
+
+
+def _nonempty(value: Any) -> str:
+    if not _text(value).strip():
+        raise ValueError("expected a non-empty string")
+    return str(value)
+
+
+_STR, _INT, _NUM, _LIST, _BOOL = (str,), (int,), (int, float), (list,), (bool,)
 _FIELDS: dict[str, _Field] = {
-    "host": _Field("server", ("CORRAL_HOST",), _text, _STR),
-    "port": _Field("server", ("CORRAL_PORT",), _int, _INT),
-    "mode": _Field("server", ("CORRAL_MODE",), _text, _STR),
-    "data_dir": _Field("server", ("CORRAL_DATA_DIR",), _path, _STR),
-    "api_keys": _Field("server", ("CORRAL_API_KEYS",), _api_keys, _LIST),
-    "create_code_app_roles": _Field(
-        "server.access", ("CORRAL_CREATE_CODE_APP_ROLES",), _roles, _LIST
-    ),
-    "max_sessions_per_key": _Field("server", ("CORRAL_MAX_SESSIONS_PER_KEY",), _int, _INT),
-    "max_request_bytes": _Field("server", ("CORRAL_MAX_REQUEST_BYTES",), _int, _INT),
-    "upload_max_size": _Field("server", ("UPLOAD_MAX_SIZE",), _int, _INT),
-    "log_level": _Field("server", ("CORRAL_LOG_LEVEL", "LOG_LEVEL"), _text, _STR),
-    "timeout_keep_alive": _Field("server", ("TIMEOUT_KEEP_ALIVE",), _int, _INT),
-    "open_run_code": _Field("server", ("CORRAL_OPEN_RUN_CODE",), _bool, (bool,)),
-    "capacity": _Field("engine", ("CORRAL_CAPACITY",), _optional_int, _INT),
-    "queue_size": _Field("engine", ("CORRAL_QUEUE_SIZE",), _int, _INT),
-    "timeout": _Field("engine", ("CORRAL_TIMEOUT",), _float, _NUM),
-    "session_idle_timeout": _Field("engine", ("CORRAL_SESSION_IDLE_TIMEOUT",), _float, _NUM),
-    "session_disk_bytes": _Field("engine", ("CORRAL_SESSION_DISK_BYTES",), _int, _INT),
-    "list_max_entries": _Field("engine", ("CORRAL_LIST_MAX_ENTRIES",), _int, _INT),
-    "max_queued_per_key": _Field("engine", ("CORRAL_MAX_QUEUED_PER_KEY",), _int, _INT),
-    "shutdown_grace": _Field("server", ("CORRAL_SHUTDOWN_GRACE",), _float, _NUM),
-    "uid_range": _Field("engine", ("CORRAL_UID_RANGE",), _uid_range, _LIST),
-    "session_id": _Field("container", ("SESSION_ID",), _text, _STR),
-    "mount_folder": _Field("container", ("MOUNT_FOLDER",), _path, _STR),
-    "download_chunk_size": _Field("container", ("DOWNLOAD_CHUNK_SIZE",), _int, _INT),
-}
+    # [server]
+    "host": _Field("server", ("CORRAL_HOST",), _text, _STR,
+        "Address to bind; `127.0.0.1` for gateway mode, `0.0.0.0` for container mode."),
+    "port": _Field("server", ("CORRAL_PORT",), _int, _INT,
+        "Port to bind; 8000 for gateway mode, 8080 (DIAL's image) for container mode."),
+    "mode": _Field("server", ("CORRAL_MODE",), _text, _STR,
+        "`gateway`: DIAL Core's operations, many sessions; `container`: one DIAL container."),
+    "data_dir": _Field("server", ("CORRAL_DATA_DIR",), _path, _STR,
+        "Files store (SQLite metadata and bytes), the local API key and session folders; "
+        "default `$XDG_DATA_HOME/corral` (`~/.local/share/corral`)."),
+    "api_keys": _Field("server", ("CORRAL_API_KEYS",), _api_keys, _LIST,
+        "Gateway credentials, `[[server.api_keys]]` tables of `key`, `user`, `roles`, "
+        "`per_request` (or `key:user[:role|role],...`); without one, `corral serve` makes a "
+        "local key."),
+    "create_code_app_roles": _Field("server.access", ("CORRAL_CREATE_CODE_APP_ROLES",), _roles,
+        _LIST, "DIAL's `access.createCodeAppRoles`: unset allows everyone, `[]` no one."),
+    "max_sessions_per_key": _Field("server", ("CORRAL_MAX_SESSIONS_PER_KEY",), _int, _INT,
+        "Open sessions one key may hold; one more answers 429."),
+    "max_request_bytes": _Field("server", ("CORRAL_MAX_REQUEST_BYTES",), _int, _INT,
+        "Largest request body other than file uploads."),
+    "upload_max_size": _Field("server", ("UPLOAD_MAX_SIZE",), _int, _INT,
+        "Largest uploaded or transferred file (DIAL's `UPLOAD_MAX_SIZE`)."),
+    "log_level": _Field("server", ("CORRAL_LOG_LEVEL", "LOG_LEVEL"), _text, _STR,
+        "Logging level name."),
+    "timeout_keep_alive": _Field("server", ("TIMEOUT_KEEP_ALIVE",), _int, _INT,
+        "Seconds an idle HTTP connection is kept open (`TIMEOUT_KEEP_ALIVE`)."),
+    "shutdown_grace": _Field("server", ("CORRAL_SHUTDOWN_GRACE",), _float, _NUM,
+        "Seconds runs in flight may take to finish after SIGTERM before they are cancelled."),
+    "open_run_code": _Field("server", ("CORRAL_OPEN_RUN_CODE",), _bool, _BOOL,
+        "Serve `/run_code` and `/run_code_batch` without an API key (a trainer's private "
+        "network: verl and SandboxFusion's client send none)."),
+    # [engine]
+    "capacity": _Field("engine", ("CORRAL_CAPACITY",), _optional_int, _INT,
+        "Concurrent workers; unset (or `auto`) means one per CPU."),
+    "queue_size": _Field("engine", ("CORRAL_QUEUE_SIZE",), _int, _INT,
+        "Runs waiting for a worker; beyond that a run is refused as busy."),
+    "timeout": _Field("engine", ("CORRAL_TIMEOUT",), _float, _NUM,
+        "Seconds for one execution (queue + start + run): the one default, `Limits.timeout` "
+        "(the seed's 30 s); a request may ask for less, never more."),
+    "session_idle_timeout": _Field("engine", ("CORRAL_SESSION_IDLE_TIMEOUT",), _float, _NUM,
+        "Seconds after its last use when a session expires (DIAL's `sessionTtl`)."),
+    "session_disk_bytes": _Field("engine", ("CORRAL_SESSION_DISK_BYTES",), _int, _INT,
+        "Disk quota of one session folder (a gateway session's tmpfs)."),
+    "list_max_entries": _Field("engine", ("CORRAL_LIST_MAX_ENTRIES",), _int, _INT,
+        "Files a session listing returns at most; a cut listing says so."),
+    "max_queued_per_key": _Field("engine", ("CORRAL_MAX_QUEUED_PER_KEY",), _int, _INT,
+        "Runs one API key may have waiting for a worker; more are answered busy."),
+    "uid_range": _Field("engine", ("CORRAL_UID_RANGE",), _uid_range, _LIST,
+        "Host uids for the sandbox as `[first, count]` (`first:count` in the variable): one "
+        "per live worker or session, the first of each half for a zygote; unset is corral's "
+        "default block (see `corral doctor`)."),
+    # [container]
+    "session_id": _Field("container", ("SESSION_ID",), _text, _STR,
+        "The `x-dial-session-id` every request must carry (`SESSION_ID`); unset accepts any."),
+    "mount_folder": _Field("container", ("MOUNT_FOLDER",), _path, _STR,
+        "The session's folder on the host (`MOUNT_FOLDER`): uploads land there, the code "
+        "sees it read-write at the same path, and it outlives a restart."),
+    "download_chunk_size": _Field("container", ("DOWNLOAD_CHUNK_SIZE",), _int, _INT,
+        "Bytes per chunk of a streamed download (`DOWNLOAD_CHUNK_SIZE`)."),
+    # [code_interpreter]: read by corral.tools (seed 002 section 12.1 names as aliases)
+    "code_interpreter.max_calls": _Field("code_interpreter", (), _positive, _INT,
+        "Code-running calls one invocation may make: a chat turn, one HTTP request. MCP "
+        "sessions are bounded by `[mcp] max_calls_per_session` instead.",
+        ("maxCalls",), "10"),
+    "code_interpreter.timeout_ms": _Field("code_interpreter", (), _positive, _INT,
+        "Whole-call deadline in milliseconds: queue, worker start and run together.",
+        ("timeoutMs",), "30000"),
+    "code_interpreter.max_code_chars": _Field("code_interpreter", (), _positive, _INT,
+        "Longest code one call may send.", ("maxCodeCharacters",), "20000"),
+    "code_interpreter.max_output_chars": _Field("code_interpreter", (), _positive, _INT,
+        "Characters kept per output channel (stdout, stderr, result).",
+        ("maxOutputCharacters",), "64000"),
+    "code_interpreter.max_sources": _Field("code_interpreter", (), _positive, _INT,
+        "Unique source ids one call may mount.", ("maxSources",), "4"),
+    # [mcp]: read by corral.mcp
+    "mcp.max_calls_per_session": _Field("mcp", (), _positive, _INT,
+        "Code-running calls one MCP session may make; unset means no cap (a desktop client "
+        "keeps one session for as long as it runs).", (), "unset"),
+    "mcp.max_embedded_file_bytes": _Field("mcp", (), _positive, _INT,
+        "Largest generated file `code_session` embeds in its result; larger ones come back "
+        "as resource links, read with `resources/read`.", (), "1048576"),
+    # [mistral]: read by corral.mistral (MISTRAL_API_KEY and MISTRAL_BASE_URL are variables)
+    "mistral.knowledge.search_model": _Field("mistral.knowledge", (), _nonempty, _STR,
+        "Model of every Conversations call (web search, knowledge).", ("searchModel",),
+        '"mistral-small-latest"'),
+    "mistral.connector_tools.enabled": _Field("mistral.connector_tools",
+        ("MISTRAL_CONNECTOR_TOOLS",), _bool, _BOOL,
+        "Offer the connector loader tools (when `MISTRAL_API_KEY` is set); the file wins "
+        "over the variable.", (), "true"),
+    "mistral.connector_tools.auto_load": _Field("mistral.connector_tools", (), _names, _LIST,
+        "Connectors loaded silently when a session starts.", ("autoLoad",), "[]"),
+}  # fmt: skip
 _ENV_NAMES = frozenset({"CORRAL_CONFIG"}.union(*(f.env for f in _FIELDS.values())))
-_TABLES = ("server", "server.access", "engine", "container")
+_TABLE_ALIASES = {"mistral.connectorTools": "mistral.connector_tools"}
+_TABLES = tuple(dict.fromkeys(f.table for f in _FIELDS.values()))
+"""Every table of ``corral.toml``, parents before their children."""
+
+
+def _key(name: str) -> str:
+    return name.rpartition(".")[2]
 
 
 def _cast(name: str, cast: Cast, value: Any) -> Any:
@@ -359,26 +440,81 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: {exc}") from exc
 
 
+def _children(table: str) -> dict[str, str]:
+    """Subtables of ``table`` (``""`` is the top level), by spelling: name -> canonical name."""
+    depth = table.count(".") + 1 if table else 0
+    found: dict[str, str] = {}
+    for name in (*_TABLES, *_TABLE_ALIASES):
+        parts = name.split(".")
+        if len(parts) > depth and (not table or name.startswith(table + ".")):
+            spelled = ".".join(parts[: depth + 1])
+            found[parts[depth]] = _key(_TABLE_ALIASES.get(spelled, spelled))
+    return found
+
+
+def _section(raw: Any, table: str) -> dict[str, Any]:
+    """One table of ``raw`` with snake_case keys, checked: no unknown key, no key twice,
+    every value of its declared type."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"[{table}] must be a table")
+    fields = {_key(n): f for n, f in _FIELDS.items() if f.table == table}
+    spelled = _children(table)
+    for name, field_spec in fields.items():
+        spelled.update(dict.fromkeys((*field_spec.aliases, name), name))
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        canonical = spelled.get(key)
+        where = f"{table}.{key}" if table else key
+        if canonical is None:
+            place = f"in [{table}]" if table else "at the top level of corral.toml"
+            known = ", ".join(sorted(set(spelled.values())))
+            raise ConfigError(f"unknown key {key!r} {place} (known: {known})")
+        if canonical in out:
+            raise ConfigError(f"{where}: given twice (as {canonical!r} and an older name)")
+        if canonical not in fields:
+            out[canonical] = _section(value, f"{table}.{canonical}" if table else canonical)
+            continue
+        spec = fields[canonical]
+        if (isinstance(value, bool) and bool not in spec.toml) or not isinstance(value, spec.toml):
+            raise ConfigError(f"{where}: wrong type {type(value).__name__}")
+        _cast(where, spec.cast, value)
+        out[canonical] = value
+    return out
+
+
+def _normalize(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The whole file checked, every key and table in its snake_case name."""
+    return _section(raw, "")
+
+
+def table_values(raw: Mapping[str, Any], table: str) -> dict[str, Any]:
+    """The keys of one table (``"code_interpreter"``, ``"mistral.knowledge"``) of a parsed
+    ``corral.toml``, snake_case, checked against the table of fields; ``{}`` when absent.
+
+    Raises:
+        ConfigError: an unknown key, a key given twice or a value of the wrong type.
+    """
+    section: Any = raw
+    for part in table.split("."):
+        if not isinstance(section, Mapping):
+            return {}
+        aliases = [a.rpartition(".")[2] for a, c in _TABLE_ALIASES.items() if _key(c) == part]
+        found = [n for n in (part, *aliases) if n in section]
+        if not found:
+            return {}
+        section = section[found[0]]
+    keys = {_key(n) for n, f in _FIELDS.items() if f.table == table}
+    return {k: v for k, v in _section(section, table).items() if k in keys}
+
+
 def _from_toml(raw: Mapping[str, Any]) -> dict[str, Any]:
     values: dict[str, Any] = {}
-    for table in _TABLES:
-        section: Any = raw
-        for part in table.split("."):
-            section = section.get(part, {}) if isinstance(section, dict) else None
-        if not isinstance(section, dict):
-            raise ConfigError(f"[{table}] must be a table")
-        known = {n for n, f in _FIELDS.items() if f.table == table}
-        known |= {t.rpartition(".")[2] for t in _TABLES if t.startswith(table + ".")}
-        for key, value in section.items():
-            if key not in known:
-                raise ConfigError(f"unknown key {key!r} in [{table}]")
-            if key in _FIELDS:
-                spec = _FIELDS[key]
-                if (isinstance(value, bool) and bool not in spec.toml) or not isinstance(
-                    value, spec.toml
-                ):
-                    raise ConfigError(f"{table}.{key}: wrong type {type(value).__name__}")
-                values[key] = _cast(f"{table}.{key}", spec.cast, value)
+    for name, spec in _FIELDS.items():
+        if not spec.held:
+            continue
+        section = table_values(raw, spec.table)
+        if name in section:
+            values[name] = _cast(f"{spec.table}.{name}", spec.cast, section[name])
     return values
 
 
@@ -388,8 +524,68 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         raise ConfigError(f"unknown environment variable {unknown[0]} (CORRAL_* names are checked)")
     values: dict[str, Any] = {}
     for name, spec in _FIELDS.items():
+        if not spec.held:
+            continue
         for var in spec.env:
             if var in environ:
                 values[name] = _cast(var, spec.cast, environ[var])
                 break
     return values
+
+
+_KINDS = {_STR: "string", _INT: "integer", _NUM: "number", _LIST: "array", _BOOL: "boolean"}
+
+
+def _default_text(name: str, spec: _Field) -> str:
+    if spec.default is not None:
+        return spec.default
+    if name == "data_dir":
+        return "see below"
+    found = next(f for f in dataclasses.fields(Config) if f.name == name)
+    value = found.default
+    if value is None or value == ():
+        return "unset"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, Path):
+        return f'"{value}"'
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and value % _MIB == 0
+        and value >= _MIB
+    ):
+        return f"{value} ({value // _MIB} MiB)"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def reference_markdown() -> str:
+    """docs/configuration.md: every key of ``corral.toml``, from the table of fields."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "<!-- Generated from corral/_config.py by scripts/make_config_docs.py; do not edit. -->",
+        "",
+        "corral reads `corral.toml` (`--config FILE` or `CORRAL_CONFIG`), then environment",
+        "variables, then flags: a flag beats a variable, a variable beats the file, the file",
+        "beats the default. Every key is snake_case; an unknown key, table or `CORRAL_*`",
+        "variable is refused at start-up with its name. Older camelCase names (the seeds')",
+        "are accepted as aliases.",
+    ]
+    for table in _TABLES:
+        rows = [(n, f) for n, f in _FIELDS.items() if f.table == table]
+        lines += ["", f"## `[{table}]`", "", "| key | type | default | environment | meaning |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        for name, spec in rows:
+            key = _key(name)
+            if spec.aliases:
+                key += " (" + ", ".join(f"`{a}`" for a in spec.aliases) + ")"
+                key = f"`{_key(name)}`" + key[len(_key(name)) :]
+            else:
+                key = f"`{key}`"
+            env = ", ".join(f"`{v}`" for v in spec.env) or ""
+            kind = _KINDS.get(spec.toml, "value")
+            lines.append(f"| {key} | {kind} | {_default_text(name, spec)} | {env} | {spec.doc} |")
+    aliases = ", ".join(f"`[{a}]` for `[{c}]`" for a, c in _TABLE_ALIASES.items())
+    lines += ["", f"Table aliases: {aliases}.", ""]
+    return "\n".join(lines)

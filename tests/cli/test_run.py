@@ -85,11 +85,27 @@ def test_source_mounts_the_northstar_workbook() -> None:
     assert len(evidence["original_sha256"]) == 64
 
 
-def test_an_unsupported_source_exits_2(tmp_path: Path) -> None:
-    binary = tmp_path / "blob.bin"
-    binary.write_bytes(b"\x00\x01\x02")
-    done = corral("run", "--source", str(binary), "-c", "1")
+def test_an_unreadable_source_exits_2_with_the_reason(tmp_path: Path) -> None:
+    corrupt = tmp_path / "book.xlsx"
+    corrupt.write_bytes(b"not a zip")
+    done = corral("run", "--source", str(corrupt), "-c", "1")
     assert done.returncode == 2
+    assert "XLSX" in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
+def test_a_binary_source_is_mounted_as_its_bytes(tmp_path: Path) -> None:
+    binary = tmp_path / "blob.parquet"
+    binary.write_bytes(b"PAR1\x00\x01\x02PAR1")
+    done = corral(
+        "run", "--json", "--source", str(binary), "-c",
+        "(asset,) = input_assets.values()\n"
+        "(path,) = input_files.values()\n"
+        "(open(asset['original'], 'rb').read(), open(path).read(), asset['media_type'])",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)["result"]["text/plain"]
+    assert result == "(b'PAR1\\x00\\x01\\x02PAR1', '', 'application/octet-stream')"
 
 
 def test_doctor_json_reports_the_features() -> None:
@@ -106,6 +122,70 @@ def test_doctor_json_reports_the_features() -> None:
     assert {"read", "write", "mmap", "futex"} <= allowed
     assert all(group["why"] for group in policy["allow"] + policy["eperm"])
     assert {f["syscall"] for f in policy["filtered"]} == {"socket", "socketpair", "clone", "clone3"}
+
+
+def test_out_dir_keeps_the_files_and_the_figures(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = corral(
+        "run", "--out-dir", str(out), "-c",
+        "import os\n"
+        "import matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3])\n"
+        "plt.savefig('fig.png')\n"
+        "plt.show()\n"
+        "os.makedirs('sub')\n"
+        "open('sub/o.txt', 'w').write('kept')\n",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (out / "sub" / "o.txt").read_text() == "kept"
+    assert (out / "fig.png").read_bytes().startswith(b"\x89PNG")
+    assert (out / "display-1.png").read_bytes().startswith(b"\x89PNG")
+    assert f"[file: fig.png -> {out / 'fig.png'}" in done.stderr
+    assert f"[display 1: image/png -> {out / 'display-1.png'}]" in done.stderr
+
+
+def test_without_out_dir_the_files_are_named_with_a_hint() -> None:
+    done = corral("run", "-c", "open('o.txt', 'w').write('x')")
+    assert done.returncode == 0
+    assert "[file: o.txt (1 bytes); --out-dir DIR saves it]" in done.stderr
+
+
+def test_out_dir_never_leaves_its_folder(tmp_path: Path) -> None:
+    # The worker is hostile: names it reports are written through the confined helpers only.
+    from corral.cli._run import _save_outputs
+    from corral.engine import ExecutionResult, FileInfo
+
+    out = tmp_path / "out"
+    (tmp_path / "elsewhere").mkdir()
+    out.mkdir()
+    (out / "link").symlink_to(tmp_path / "elsewhere")
+    names = ["../escape.txt", "/abs.txt", "link/through.txt", "fine.txt"]
+    result = ExecutionResult(
+        outcome="ok",
+        files=tuple(FileInfo(path=n, size=1, sha256="") for n in names),
+        file_contents=dict.fromkeys(names, b"x"),
+    )
+    notes = _save_outputs(result, out)
+    written = [n for n in notes if "not written" not in n]
+    assert written == [f"[file: fine.txt -> {out / 'fine.txt'} (1 bytes)]"], notes
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["fine.txt"]
+
+
+def test_output_is_printed_while_the_code_still_runs() -> None:
+    # The code never ends on its own: its first line can only be seen if it is streamed.
+    process = subprocess.Popen(
+        [CORRAL, "run", "--timeout", "60", "-c", "print('first', flush=True)\nwhile True: pass"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "first\n"
+        assert process.poll() is None  # still running: the line came live
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def test_a_script_gets_its_arguments_and_its_file(tmp_path: Path) -> None:

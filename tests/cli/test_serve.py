@@ -48,7 +48,7 @@ def test_serve_on_embedded_defaults(tmp_path: Path) -> None:
         said = []
         for line in server.stderr:  # ends when the server does: a hang fails the test timeout
             said.append(line)
-            if "Uvicorn running" in line:
+            if f"Uvicorn running on http://127.0.0.1:{port}" in line:  # ready, not only bound
                 break
         # stderr is no terminal here (a service's stderr is a log): the key stays in its file.
         key_file = tmp_path / "corral" / "api-key"

@@ -23,13 +23,16 @@ def corral(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_list_shows_the_local_and_the_mistral_tools() -> None:
+def test_list_marks_the_mistral_tools_unavailable_without_a_key() -> None:
     done = corral("tools", "list")
-    names = [line.split("\t")[0] for line in done.stdout.splitlines()]
+    rows = dict(line.split("\t", 1) for line in done.stdout.splitlines())
     assert done.returncode == 0
-    assert names[0] == "code_interpreter"
-    assert {"mistral_code_interpreter", "web_search"} <= set(names)
-    assert "MISTRAL_API_KEY is not set" in done.stderr  # connectors are off, and it says so
+    assert next(iter(rows)) == "code_interpreter"
+    assert not rows["code_interpreter"].startswith("(unavailable")
+    for name in ("mistral_code_interpreter", "web_search"):
+        assert rows[name].startswith("(unavailable: set MISTRAL_API_KEY)"), rows[name]
+    assert not any(name.startswith("mistral_connector") for name in rows)
+    assert done.stderr == ""  # no warning about connectors nobody asked for
 
 
 def test_call_runs_code_and_prints_the_tool_result() -> None:

@@ -69,6 +69,8 @@ def _body_schema(spec: dict[str, Any], path: str) -> dict[str, Any]:
 GATEWAY_ROUTES = [
     *(("post", f"{OPS}/{op}") for op in DIAL_OPS),
     ("post", "/v1/execute"),
+    ("post", "/run_code"),
+    ("post", "/run_code_batch"),
     ("get", "/v1/bucket"),
     ("put", "/v1/files/{bucket}/{path}"),
     ("get", "/v1/files/{bucket}/{path}"),

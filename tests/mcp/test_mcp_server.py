@@ -21,9 +21,8 @@ from mcp.shared.exceptions import MCPError
 
 from corral import Limits
 from corral.engine import Engine
-from corral.mcp import build_server
+from corral.mcp import McpOptions, build_server
 from corral.tools import (
-    CodeInterpreterConfig,
     Invocation,
     Tool,
     ToolContext,
@@ -79,7 +78,8 @@ async def test_serves_three_tools_and_advertises_list_changed(engine: Engine, mo
     assert set(interpreter.input_schema["properties"]) == {"summary", "code", "sourceIds"}
     assert interpreter.input_schema["additionalProperties"] is False
     assert interpreter.description is not None
-    assert "10 of 10 calls left" in interpreter.description
+    assert "calls left" not in interpreter.description  # no cap: nothing to count down
+    assert "Budget" not in interpreter.description
     assert interpreter.annotations is not None
     assert interpreter.annotations.read_only_hint
 
@@ -158,28 +158,29 @@ async def test_progress_flows_for_a_progress_token_and_discloses_nothing(
     assert marker not in json.dumps(updates)
 
 
+async def _with_a_deferred_tool(registry: ToolRegistry, invocation: Invocation) -> None:
+    """Registers ``later`` (deferred) and ``activate``, which makes ``later`` active."""
+
+    async def later(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+        return ToolResult.ok("later")
+
+    async def activate(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+        registry.set_active([*registry.active_names(), "later"])
+        return ToolResult.ok("activated")
+
+    schema = {"type": "object", "properties": {}}
+    registry.register(
+        Tool(name="later", description="Deferred.", parameters=schema, handler=later),
+        "deferred",
+    )
+    registry.register(
+        Tool(name="activate", description="Activates later.", parameters=schema, handler=activate)
+    )
+
+
 async def test_list_changed_follows_every_change_of_the_active_set(engine: Engine) -> None:
-    async def setup(registry: ToolRegistry, invocation: Invocation) -> None:
-        async def later(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-            return ToolResult.ok("later")
-
-        async def activate(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-            registry.set_active([*registry.active_names(), "later"])
-            return ToolResult.ok("activated")
-
-        schema = {"type": "object", "properties": {}}
-        registry.register(
-            Tool(name="later", description="Deferred.", parameters=schema, handler=later),
-            "deferred",
-        )
-        registry.register(
-            Tool(
-                name="activate", description="Activates later.", parameters=schema, handler=activate
-            )
-        )
-
     notes = Notes()
-    server = build_server(engine, extra_tools=setup)
+    server = build_server(engine, extra_tools=_with_a_deferred_tool)
     async with Client(server, mode="legacy", message_handler=notes) as client:
         before = await client.list_tools()
         assert "later" not in [t.name for t in before.tools]
@@ -189,28 +190,19 @@ async def test_list_changed_follows_every_change_of_the_active_set(engine: Engin
         after = await client.list_tools()
         assert "later" in [t.name for t in after.tools]
 
-        notes.list_changed = anyio.Event()
-        await call(client, "code_interpreter", {"summary": "s", "code": "1"})
-        with anyio.fail_after(5):
-            await notes.list_changed.wait()  # the budget in the description changed
-        refreshed = await client.list_tools()
-    (interpreter,) = [t for t in refreshed.tools if t.name == "code_interpreter"]
-    assert interpreter.description is not None
-    assert "9 of 10 calls left" in interpreter.description
-
 
 async def test_the_2026_era_gets_list_changed_through_listen(engine: Engine) -> None:
-    async with Client(build_server(engine)) as client:
+    async with Client(build_server(engine, extra_tools=_with_a_deferred_tool)) as client:
         assert client.protocol_version == "2026-07-28"
         async with client.listen(tools_list_changed=True) as subscription:
-            await call(client, "code_interpreter", {"summary": "s", "code": "1"})
+            await call(client, "activate", {})
             with anyio.fail_after(5):
                 async for _event in subscription:
                     break
 
 
 async def test_each_mcp_session_is_its_own_invocation(engine: Engine) -> None:
-    server = build_server(engine, config=CodeInterpreterConfig(max_calls=1))
+    server = build_server(engine, options=McpOptions(max_calls_per_session=1))
     async with Client(server, mode="legacy") as first, Client(server, mode="legacy") as second:
         added = await call(first, "source_add", {"content": "a\n1\n", "filename": "a.csv"})
         source_id = added.structured_content["id"]
@@ -276,3 +268,83 @@ async def test_code_session_keeps_state_until_reset_and_ends_with_the_mcp_sessio
         assert reset.structured_content["outcome"] == "python_error"
         assert "The session was reset" in text_of(reset)
     assert len(engine.sessions()) == before  # closed with the MCP session's invocation
+
+
+async def test_no_cap_by_default_and_tool_descriptions_never_change(engine: Engine) -> None:
+    notes = Notes()
+    async with Client(build_server(engine), mode="legacy", message_handler=notes) as client:
+        before = (await client.list_tools()).tools
+        for _ in range(12):  # past the per-invocation default of 10
+            result = await call(client, "code_interpreter", {"summary": "s", "code": "1"})
+            assert result.structured_content["outcome"] == "ok"
+            assert "calls left" not in text_of(result)
+        assert (await client.list_tools()).tools == before
+    assert not any(isinstance(m, types.ToolListChangedNotification) for m in notes.seen)
+
+
+async def test_an_operator_cap_is_reported_in_results_not_descriptions(engine: Engine) -> None:
+    notes = Notes()
+    server = build_server(engine, options=McpOptions(max_calls_per_session=2))
+    async with Client(server, mode="legacy", message_handler=notes) as client:
+        before = (await client.list_tools()).tools
+        assert "at most 2 calls" in str(before[0].description)
+        first = await call(client, "code_interpreter", {"summary": "s", "code": "1"})
+        assert "1 of 2 code calls left" in text_of(first)
+        second = await call(client, "code_session", {"summary": "s", "code": "1"})
+        assert "0 of 2 code calls left" in text_of(second)
+        third = await call(client, "code_interpreter", {"summary": "s", "code": "1"})
+        assert third.structured_content["outcome"] == "quota_exceeded"
+        assert (await client.list_tools()).tools == before
+    assert not any(isinstance(m, types.ToolListChangedNotification) for m in notes.seen)
+
+
+async def test_code_session_takes_sources_and_returns_the_files_it_makes(engine: Engine) -> None:
+    server = build_server(engine, options=McpOptions(embed_file_bytes=1000))
+    async with Client(server, mode="legacy") as client:
+        added = await call(client, "source_add", {"content": "n\n2\n5\n", "filename": "scores.csv"})
+        source_id = added.structured_content["id"]
+        made = await call(
+            client,
+            "code_session",
+            {
+                "summary": "s",
+                "sourceIds": [source_id],
+                "code": "rows = open('scores.csv').read().split()[1:]\n"
+                "open('small.txt', 'w').write(str(sum(map(int, rows))))\n"
+                "open('big.bin', 'wb').write(bytes(range(256)) * 20)\n",
+            },
+        )
+        assert not made.is_error, text_of(made)
+        assert f"Source {source_id} is /mnt/data/scores.csv" in text_of(made)
+        embedded = [b for b in made.content if isinstance(b, types.EmbeddedResource)]
+        links = [b for b in made.content if isinstance(b, types.ResourceLink)]
+        assert len(embedded) == 1, made.content
+        small = embedded[0].resource
+        assert isinstance(small, types.BlobResourceContents)
+        assert str(small.uri).endswith("/small.txt")
+        assert base64.b64decode(small.blob) == b"7"
+        assert [(link.name, link.size) for link in links] == [("big.bin", 5120)]
+        read = await client.read_resource(str(links[0].uri))
+        (contents,) = read.contents
+        assert isinstance(contents, types.BlobResourceContents)
+        assert base64.b64decode(contents.blob) == bytes(range(256)) * 20
+        with pytest.raises(MCPError):
+            await client.read_resource("corral://session/files/..%2F..%2Fetc%2Fpasswd")
+        with pytest.raises(MCPError):
+            await client.read_resource("corral://session/files/missing.txt")
+
+
+async def test_code_interpreter_finds_a_source_under_its_own_name(engine: Engine) -> None:
+    async with Client(build_server(engine), mode="legacy") as client:
+        added = await call(client, "source_add", {"content": "n\n2\n5\n", "filename": "s.csv"})
+        source_id = added.structured_content["id"]
+        used = await call(
+            client,
+            "code_interpreter",
+            {
+                "summary": "s",
+                "sourceIds": [source_id],
+                "code": f"(open('s.csv').read(), input_assets[{source_id!r}]['name'])",
+            },
+        )
+    assert used.structured_content["result"] == {"text/plain": repr(("n\n2\n5\n", "s.csv"))}

@@ -19,6 +19,7 @@ from mcp.client.stdio import StdioServerParameters
 from corral import Limits
 from corral.engine import Engine
 from corral.mcp import serve_http
+from corral.tools import Invocation, Tool, ToolContext, ToolRegistry, ToolResult
 
 pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
 
@@ -31,7 +32,7 @@ def text_of(result: types.CallToolResult) -> str:
 
 async def _exercise(client: Client) -> None:
     listed = await client.list_tools()
-    assert [t.name for t in listed.tools] == ["code_interpreter", "source_add", "code_session"]
+    assert [t.name for t in listed.tools][:3] == ["code_interpreter", "source_add", "code_session"]
     added = await client.call_tool("source_add", {"content": "h\n9\n7.5\n", "filename": "r.csv"})
     source_id = added.structured_content["id"]
     result = await client.call_tool(
@@ -63,6 +64,28 @@ async def test_stdio_subprocess(tmp_path: pathlib.Path, mode: str) -> None:
             await _exercise(client)
 
 
+async def test_stdio_has_no_call_cap_unless_the_operator_sets_one(tmp_path: pathlib.Path) -> None:
+    env = {"CORRAL_DATA_DIR": str(tmp_path)}
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    capped = tmp_path / "corral.toml"
+    capped.write_text("[mcp]\nmax_calls_per_session = 11\n")
+    for args, allowed in (
+        (["-m", "corral.mcp"], 12),
+        (["-m", "corral.mcp", "--config", str(capped)], 11),
+    ):
+        params = StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(REPO))
+        with anyio.fail_after(120):
+            async with Client(params, mode="legacy") as client:
+                outcomes = [
+                    (
+                        await client.call_tool("code_interpreter", {"summary": "s", "code": "1"})
+                    ).structured_content["outcome"]
+                    for _ in range(12)
+                ]
+        assert outcomes == ["ok"] * allowed + ["quota_exceeded"] * (12 - allowed), args
+
+
 @pytest.fixture(scope="module")
 async def engine() -> AsyncIterator[Engine]:
     async with Engine(capacity=2, limits=Limits(timeout=20)) as started:
@@ -77,9 +100,22 @@ async def test_streamable_http_sessions_are_separate_and_closed_on_delete(engine
         if isinstance(message, types.ToolListChangedNotification):
             changed.set()
 
+    async def setup(registry: ToolRegistry, invocation: Invocation) -> None:
+        async def activate(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+            registry.set_active([*registry.active_names(), "later"])
+            return ToolResult.ok("activated")
+
+        schema = {"type": "object", "properties": {}}
+        later = Tool(name="later", description="Deferred.", parameters=schema, handler=activate)
+        registry.register(later, "deferred")
+        registry.register(
+            Tool(name="activate", description="Activates.", parameters=schema, handler=activate)
+        )
+
     before = len(engine.sessions())
     async with anyio.create_task_group() as tg:
-        port = await tg.start(functools.partial(serve_http, engine, port=0))
+        serving = functools.partial(serve_http, engine, port=0, extra_tools=setup)
+        port = await tg.start(serving)
         url = f"http://127.0.0.1:{port}/mcp"
         with anyio.fail_after(60):
             async with Client(url, message_handler=on_message) as first, Client(url) as second:
@@ -87,7 +123,8 @@ async def test_streamable_http_sessions_are_separate_and_closed_on_delete(engine
                 # falls back to it.
                 assert first.protocol_version == "2025-11-25"
                 await _exercise(first)
-                await changed.wait()  # the budget changed, over the standalone stream
+                await first.call_tool("activate", {})
+                await changed.wait()  # the active set changed, over the standalone stream
                 added = await first.call_tool("source_add", {"content": "x", "filename": "x.txt"})
                 foreign = await second.call_tool(
                     "code_interpreter",

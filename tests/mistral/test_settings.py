@@ -79,8 +79,8 @@ def test_the_file_wins_over_the_env(file_value: bool, env: str) -> None:
 @pytest.mark.parametrize(
     ("toml", "match"),
     [
-        ({"mistral": {"chat": {}}}, r"unknown key\(s\) in \[mistral\]: chat"),
-        ({"mistral": {"knowledge": {"model": "x"}}}, r"\[mistral.knowledge\]: model"),
+        ({"mistral": {"chat": {}}}, r"unknown key 'chat' in \[mistral\]"),
+        ({"mistral": {"knowledge": {"model": "x"}}}, r"'model' in \[mistral.knowledge\]"),
         ({"mistral": {"knowledge": {"searchModel": ""}}}, "searchModel"),
         ({"mistral": {"knowledge": {"searchModel": 3}}}, "searchModel"),
         ({"mistral": {"connectorTools": {"enabled": "no"}}}, "enabled"),

@@ -48,6 +48,9 @@ def _xlsx(rows: list[list[object]]) -> bytes:
         ("x", "application/geo+json", "json"),
         ("x", "text/markdown", "markdown"),
         ("x.py", "text/x-python", "text"),
+        ("x.parquet", None, "binary"),
+        ("x", "image/png", "binary"),
+        ("README", None, "binary"),
     ],
 )
 def test_detection_prefers_the_media_type_then_the_extension(
@@ -56,20 +59,31 @@ def test_detection_prefers_the_media_type_then_the_extension(
     assert detect_format(filename, media_type) == expected
 
 
+PARQUET = b"PAR1\x15\x04\x15\x10\x15\x14L\x15\x02\x15\x00\x12\x00\x00\x08\x1c\xffPAR1"
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
+
+
 @pytest.mark.parametrize(
-    ("filename", "media_type", "message"),
+    ("filename", "media_type", "data", "expected_type"),
     [
-        ("a.csv", "image/png", "media type 'image/png' is not supported"),
-        ("a.pdf", None, "extension '.pdf'"),
-        ("README", None, "without an extension"),
-        ("old.xls", "application/vnd.ms-excel", "legacy .xls"),
+        ("scores.parquet", None, PARQUET, "application/octet-stream"),
+        ("a.csv", "image/png", PNG, "image/png"),
+        ("photo.png", "application/octet-stream", PNG, "image/png"),
+        ("report.pdf", None, b"%PDF-1.7\n\xe2\xe3\xcf\xd3\n", "application/pdf"),
+        ("blob", None, b"\x00\x01\x02", "application/octet-stream"),
+        ("old.xls", "application/vnd.ms-excel", b"\xd0\xcf\x11\xe0", "application/vnd.ms-excel"),
     ],
 )
-def test_unsupported_types_are_rejected_clearly(
-    filename: str, media_type: str | None, message: str
+def test_files_without_a_text_form_keep_their_bytes_and_an_empty_text(
+    filename: str, media_type: str | None, data: bytes, expected_type: str
 ) -> None:
-    with pytest.raises(UnsupportedSource, match=message):
-        ingest(b"data", filename, media_type)
+    ingested = ingest(data, filename, media_type)
+    assert (ingested.format, ingested.text, ingested.media_type) == ("binary", b"", expected_type)
+
+
+def test_undeclared_files_that_read_as_utf8_are_text() -> None:
+    for name in ("README", "job.log", "script.py"):
+        assert ingest(b"hello\r\nworld", name).text == b"hello\nworld"
 
 
 def test_csv_is_normalised_to_utf8_with_newline_line_ends() -> None:

@@ -178,7 +178,7 @@ def test_add_text_bounds_and_encoding() -> None:
 
 def test_failed_ingestion_registers_nothing() -> None:
     registry = SourceRegistry()
-    for data, name in ((b"not a zip", "a.xlsx"), (b"{", "a.json"), (b"x", "a.pdf")):
+    for data, name in ((b"not a zip", "a.xlsx"), (b"{", "a.json"), (b"caf\xe9", "a.txt")):
         with pytest.raises(UnsupportedSource):
             registry.add_attachment(data, name)
     assert len(registry) == 0

@@ -146,21 +146,28 @@ async def test_description_carries_the_tool_owned_guidance_and_limits(engine: En
     assert "Budget: at most 10 calls per run" in text
 
 
-async def test_the_description_tracks_the_remaining_budget(engine: Engine) -> None:
+async def test_the_description_is_stable_and_results_report_the_budget(engine: Engine) -> None:
     harness = Harness(engine, config=CodeInterpreterConfig(max_calls=3, timeout_ms=10_000))
     changes: list[str] = []
     harness.registry.add_listener(lambda: changes.append("changed"))
+    before = harness.registry.get(CODE_INTERPRETER).description
+    failed = await harness.run("1 / 0")  # a failed call spends the budget too
+    assert "2 of 3 code calls left in this run" in failed.text
+    assert failed.details["remaining_calls"] == 2
+    assert (await harness.run("1")).details["remaining_calls"] == 1
+    assert harness.registry.get(CODE_INTERPRETER).description == before
+    assert changes == []  # nothing for a client to re-fetch
 
-    def budget() -> str:
-        return harness.registry.get(CODE_INTERPRETER).description.rsplit("Budget: ", 1)[1]
 
-    assert budget().startswith("3 of 3 calls left")
-    await harness.run("1 / 0")  # a failed call spends the budget too
-    assert budget().startswith("2 of 3 calls left")
-    assert changes == ["changed"]
-    harness.registry.set_active(["source_add"])
-    await harness.run("1")  # an inactive tool is not called (unknown tool); nothing spent
-    assert budget().startswith("2 of 3 calls left")
+async def test_an_invocation_without_a_cap_is_never_refused(engine: Engine) -> None:
+    config = CodeInterpreterConfig(timeout_ms=10_000)
+    harness = Harness(engine, config=config, invocation=Invocation(max_calls=None))
+    assert "Budget" not in harness.registry.get(CODE_INTERPRETER).description
+    for _ in range(12):  # past the per-run default of 10
+        result = await harness.run("1")
+        assert result.details["outcome"] == "ok"
+        assert "calls left" not in result.text
+    assert harness.invocation.remaining is None
 
 
 # fresh state ---------------------------------------------------------------------------------
@@ -589,7 +596,7 @@ async def test_quota_exhaustion_refuses_before_any_work(engine: Engine) -> None:
     assert admitted(engine) == before
     assert harness.phases_seen()[-4:] == ["requested", "finished"] * 2
     assert all(e["call"] == 0 for e in harness.events[-4:])
-    assert "0 of 2 calls left" in harness.registry.get(CODE_INTERPRETER).description
+    assert harness.invocation.remaining == 0  # the description does not change; results say it
     fresh = Harness(engine)  # another invocation keeps its whole budget
     assert outcome(await fresh.run("1")) == "ok"
 

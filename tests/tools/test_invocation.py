@@ -49,7 +49,7 @@ def test_max_calls_must_be_a_non_negative_integer(bad: object) -> None:
 
 def test_quota_listeners_run_after_each_admission_until_removed() -> None:
     invocation = Invocation(max_calls=5)
-    seen: list[int] = []
+    seen: list[int | None] = []
     remove = invocation.add_quota_listener(lambda: seen.append(invocation.remaining))
     invocation.admit()
     invocation.admit()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Sequence
 
-from corral.errors import ConfigError, CorralError
+from corral.errors import ConfigError, CorralError, IsolationError
 
 __all__ = ["main"]
 
@@ -14,12 +15,16 @@ EXIT_OK = 0
 EXIT_PYTHON_ERROR = 1
 EXIT_INVALID = 2
 EXIT_OTHER = 3
+_CHAT_MODEL = "mistral-medium-latest"  # corral.mistral.DEFAULT_CHAT_MODEL, without importing it
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="corral", description="A self-hosted code interpreter for LLM agents."
+        prog="corral",
+        description="A self-hosted code interpreter for LLM agents.",
+        epilog="Configuration keys: docs/configuration.md (corral.toml, CORRAL_* variables).",
     )
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser("run", help="run Python once in a fresh isolated worker")
@@ -30,9 +35,20 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="PATH",
-        help="mount a file as an input (CSV, TSV, XLSX, JSON, text); repeatable",
+        help="mount a file as an input (CSV, TSV, XLSX, JSON and text also as text; any "
+        "other file as its bytes); repeatable",
     )
-    run.add_argument("--timeout", type=float, metavar="S", help="seconds for the whole run")
+    run.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="seconds for the whole run (default: [engine] timeout of corral.toml)",
+    )
+    run.add_argument(
+        "--out-dir",
+        metavar="DIR",
+        help="write the files the code makes and its display images (display-1.png, ...) here",
+    )
     run.add_argument("--json", action="store_true", help="print the full result as JSON")
     run.add_argument("--config", metavar="FILE", help="corral.toml")
     run.add_argument(
@@ -44,20 +60,30 @@ def _parser() -> argparse.ArgumentParser:
     ).add_argument("--json", action="store_true", help="print the report as JSON")
 
     serve = commands.add_parser("serve", help="serve the HTTP API")
-    serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port to bind (default 8080)")
-    serve.add_argument("--mode", choices=["gateway", "container"], help="API flavour")
+    serve.add_argument(
+        "--host", help="address to bind (default 127.0.0.1; 0.0.0.0 in container mode)"
+    )
+    serve.add_argument(
+        "--port", type=int, help="port to bind (default 8000; 8080 in container mode)"
+    )
+    serve.add_argument(
+        "--mode",
+        choices=["gateway", "container"],
+        help="gateway: DIAL Core's operations (default); container: one DIAL container",
+    )
     serve.add_argument("--config", metavar="FILE", help="corral.toml")
 
     mcp = commands.add_parser("mcp", help="serve the MCP server (stdio by default)")
-    mcp.add_argument("--http", type=int, metavar="PORT", help="streamable HTTP on PORT")
+    mcp.add_argument(
+        "--http", type=int, metavar="PORT", help="streamable HTTP on 127.0.0.1:PORT/mcp"
+    )
     mcp.add_argument("--config", metavar="FILE", help="corral.toml")
 
     tools = commands.add_parser("tools", help="list or call the registry's tools")
     tool_commands = tools.add_subparsers(dest="tools_command", required=True, metavar="ACTION")
-    tool_commands.add_parser("list", help="list the active tools").add_argument(
-        "--config", metavar="FILE", help="corral.toml"
-    )
+    tool_commands.add_parser(
+        "list", help="list the tools (Mistral's are unavailable without MISTRAL_API_KEY)"
+    ).add_argument("--config", metavar="FILE", help="corral.toml")
     call = tool_commands.add_parser("call", help="call one tool and print its result as JSON")
     call.add_argument("name")
     call.add_argument("arguments", help="the arguments as a JSON object")
@@ -68,28 +94,75 @@ def _parser() -> argparse.ArgumentParser:
     add_batch_parser(commands)
 
     chat = commands.add_parser("chat", help="a terminal agent on Mistral using corral's tools")
-    chat.add_argument("--model", default=None, help="chat model (default mistral-medium-latest)")
+    chat.add_argument("--model", default=None, help=f"chat model (default {_CHAT_MODEL})")
     chat.add_argument("--config", metavar="FILE", help="corral.toml")
     return parser
 
 
+class _Version(argparse.Action):
+    """``--version``, reading the installed version only when asked (it costs an import)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kw: object) -> None:
+        print(f"corral {_version()}")
+        parser.exit()
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("corral")
+    except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+        return "unknown"
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The one exception a start-up failure is about, out of anyio's exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        leaves = [e for e in exc.exceptions if not isinstance(e, KeyboardInterrupt)]
+        exc = leaves[0] if leaves else exc.exceptions[0]
+    return exc
+
+
+def _start_up_error(exc: BaseException) -> str | None:
+    """One line for a failure to start (bad config, busy port, no sandbox), else None."""
+    if isinstance(exc, ConfigError):
+        return f"configuration error: {exc}"
+    if isinstance(exc, IsolationError):
+        return f"cannot isolate workers on this host: {exc}"
+    if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+        return f"cannot listen: {exc.strerror or exc}"
+    if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM):
+        return f"not permitted: {exc}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the ``corral`` console script; exits with the command's code."""
+    """Entry point of the ``corral`` console script; exits with the command's code.
+
+    Start-up failures (configuration, a port in use, no isolation) are one line on stderr
+    and exit code 2; the traceback would say nothing more to the person who typed it.
+    """
     args = _parser().parse_args(argv)
     try:
         code = _dispatch(args)
-    except ConfigError as exc:
-        print(f"corral: configuration error: {exc}", file=sys.stderr)
-        code = EXIT_INVALID
-    except CorralError as exc:
-        print(f"corral: {exc}", file=sys.stderr)
-        code = EXIT_OTHER
-    except KeyboardInterrupt:
-        code = 130
-    except BrokenPipeError:
-        # The reader went away (`| head`); say nothing more on a closed pipe.
-        sys.stderr.close()
-        code = EXIT_OK
+    except BaseException as raised:  # sorted below; anything else is re-raised
+        exc = _root_cause(raised)
+        line = _start_up_error(exc)
+        if line is not None:
+            print(f"corral {args.command}: {line}", file=sys.stderr)
+            code = EXIT_INVALID
+        elif isinstance(exc, CorralError):
+            print(f"corral {args.command}: {exc}", file=sys.stderr)
+            code = EXIT_OTHER
+        elif isinstance(exc, KeyboardInterrupt):
+            code = 130
+        elif isinstance(exc, BrokenPipeError):
+            # The reader went away (`| head`); say nothing more on a closed pipe.
+            sys.stderr.close()
+            code = EXIT_OK
+        else:
+            raise
     sys.exit(code)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import dataclasses
 import json
 import sys
@@ -10,10 +12,11 @@ from pathlib import Path
 
 import anyio
 
+from corral import _fs
 from corral._config import Config
 from corral.cli._main import EXIT_INVALID, EXIT_OK, EXIT_OTHER, EXIT_PYTHON_ERROR
-from corral.engine import Engine, ExecutionResult, Input
-from corral.errors import SourceError
+from corral.engine import Engine, ExecutionResult, Input, OutputEvent, stdlib_only
+from corral.errors import CorralError, SourceError
 
 __all__ = ["run_command"]
 
@@ -50,18 +53,79 @@ def _inputs(paths: list[str]) -> tuple[list[Input], dict[str, str]]:
     return inputs, names
 
 
-def _print_human(result: ExecutionResult) -> None:
-    sys.stdout.write(result.stdout)
+_IMAGE_SUFFIXES = {"image/png": ".png", "image/jpeg": ".jpg", "image/svg+xml": ".svg"}
+
+
+def _save_outputs(result: ExecutionResult, out_dir: Path) -> list[str]:
+    """Write the run's files and display images into ``out_dir``; one note per item.
+
+    File names come from the sandbox, so they are written through the confined helpers: a
+    name that would leave ``out_dir`` or pass a link there is skipped, never followed.
+    """
+    notes: list[str] = []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for info in result.files:
+        data = result.file_contents.get(info.path)
+        if data is None:
+            notes.append(f"[file: {info.path} ({info.size} bytes) not returned: over the bound]")
+            continue
+        try:
+            _fs.write_atomic(out_dir, info.path, data)
+        except (OSError, CorralError) as exc:
+            notes.append(f"[file: {info.path} not written: {exc}]")
+            continue
+        notes.append(f"[file: {info.path} -> {out_dir / info.path} ({info.size} bytes)]")
+    for number, bundle in enumerate(result.display, 1):
+        kind = next((k for k in _IMAGE_SUFFIXES if isinstance(bundle.get(k), str)), None)
+        if kind is None:
+            continue
+        name = f"display-{number}{_IMAGE_SUFFIXES[kind]}"
+        text = str(bundle[kind])
+        try:
+            data = (
+                text.encode() if kind == "image/svg+xml" else base64.b64decode(text, validate=True)
+            )
+            _fs.write_atomic(out_dir, name, data)
+        except (binascii.Error, ValueError, OSError, CorralError) as exc:
+            notes.append(f"[display {number}: {kind} not written: {exc}]")
+            continue
+        notes.append(f"[display {number}: {kind} -> {out_dir / name}]")
+    return notes
+
+
+def _print_live(event: OutputEvent) -> None:
+    """Write stdout and stderr as the run produces them (displays are listed at the end)."""
+    if event.kind == "stdout":
+        sys.stdout.write(event.text)
+        sys.stdout.flush()
+    elif event.kind == "stderr":
+        sys.stderr.write(event.text)
+        sys.stderr.flush()
+
+
+def _print_human(result: ExecutionResult, saved: list[str] | None, *, streamed: bool) -> None:
+    if not streamed:
+        sys.stdout.write(result.stdout)
     if result.result:
         text = result.result.get("text/plain", "")
         sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
     sys.stdout.flush()
-    sys.stderr.write(result.stderr)
-    for entry in result.display:
-        kinds = ", ".join(sorted(k for k in entry if k != "text/plain"))
-        sys.stderr.write(f"[display: {kinds or 'text/plain'}]\n")
-    for info in result.files:
-        sys.stderr.write(f"[file: {info.path} ({info.size} bytes)]\n")
+    if not streamed:
+        sys.stderr.write(result.stderr)
+    written = {line.split(":", 1)[0] for line in saved or ()}
+    for number, entry in enumerate(result.display, 1):
+        text = entry.get("text/plain")
+        if isinstance(text, str) and text and not any(k in _IMAGE_SUFFIXES for k in entry):
+            sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+        elif f"[display {number}" not in written:
+            kinds = ", ".join(sorted(k for k in entry if k != "text/plain"))
+            hint = "; --out-dir DIR saves it" if saved is None else ""
+            sys.stderr.write(f"[display {number}: {kinds or 'text/plain'}{hint}]\n")
+    if saved is None:
+        for info in result.files:
+            sys.stderr.write(f"[file: {info.path} ({info.size} bytes); --out-dir DIR saves it]\n")
+    for line in saved or ():
+        sys.stderr.write(line + "\n")
     for channel, count in result.omitted.items():
         if count:
             sys.stderr.write(f"[{channel}: {count} characters omitted]\n")
@@ -89,15 +153,37 @@ def run_command(args: argparse.Namespace) -> int:
         for ident, name in names.items():
             print(f"[source {name}: /inputs/{ident}.txt]", file=sys.stderr)
 
+    # One run, one zygote: code that imports only the standard library needs none of the
+    # preloaded packages (whose import is most of an engine's start), other code no lean one.
+    lean = stdlib_only(code)
+
     async def once() -> ExecutionResult:
-        async with Engine(capacity=1, pool_size=1, limits=limits) as engine:
-            return await engine.run(code, inputs=inputs, limits=limits, argv=_argv(args))
+        engine = (
+            Engine(capacity=1, pool_size=1, limits=limits, lean=False, preload=())
+            if lean
+            else Engine(capacity=1, pool_size=1, limits=limits, lean=False)
+        )
+        async with engine:
+            # Live output for a person at a terminal; --json prints one document at the end.
+            listener = None if args.json else _print_live
+            return await engine.run(
+                code, inputs=inputs, limits=limits, argv=_argv(args), on_output=listener
+            )
 
     result = anyio.run(once)
+    saved = None
+    if args.out_dir is not None:
+        try:
+            saved = _save_outputs(result, Path(args.out_dir))
+        except OSError as exc:
+            print(f"corral run: cannot write to {args.out_dir}: {exc.strerror}", file=sys.stderr)
+            return EXIT_INVALID
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, ensure_ascii=False))
+        for line in saved or ():
+            print(line, file=sys.stderr)
     else:
-        _print_human(result)
+        _print_human(result, saved, streamed=True)
     if result.outcome == "ok":
         return EXIT_OK
     if result.outcome == "python_error":

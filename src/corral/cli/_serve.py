@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import functools
+import ipaddress
 import os
 import secrets
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -43,36 +47,93 @@ def local_api_key(
     return key, True
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port``, bound before anything else starts.
+
+    Raises:
+        OSError: the address cannot be bound; its ``strerror`` names the address.
+    """
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except (OSError, IndexError) as exc:
+        raise OSError(errno.EADDRNOTAVAIL, f"{host}:{port}: {exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(socket.SOMAXCONN)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"{host}:{port}: {exc.strerror}") from exc
+    sock.set_inheritable(False)
+    return sock
+
+
+def container_warning(config: Config) -> str | None:
+    """What to say when container mode listens beyond loopback without ``SESSION_ID``."""
+    if config.mode != "container" or config.session_id is not None:
+        return None
+    try:
+        if ipaddress.ip_address(config.bind_host).is_loopback:
+            return None
+    except ValueError:
+        if config.bind_host == "localhost":
+            return None
+    return (
+        f"warning: container mode listens on {config.bind_host} without SESSION_ID and has no "
+        "authentication: anyone who reaches this port can run code and read its files. Set "
+        "SESSION_ID (DIAL sends it as x-dial-session-id) or bind --host 127.0.0.1."
+    )
+
+
 def serve_command(args: argparse.Namespace) -> int:
-    from corral.http import serve
+    from corral.http import serve_async
 
     config = Config.load(
         flags={"config": args.config, "host": args.host, "port": args.port, "mode": args.mode}
     )
-    if config.mode == "gateway" and not config.api_keys:
-        # Embedded defaults still require a key: one is made once and kept with the data.
-        key, created = local_api_key(config.data_dir)
-        # A second key in the shape the E2B SDK checks (e2b_<hex>), for E2B_API_KEY.
-        e2b_key, _ = local_api_key(config.data_dir, _E2B_KEY_FILE, new_e2b_key)
-        config = config.replace(
-            api_keys=(ApiKey(key=key, user="local"), ApiKey(key=e2b_key, user="local-e2b"))
+    # Bound first: a port in use is one line at once, not an error after the engine started.
+    sock = listen(config.bind_host, config.bind_port)
+    warning = container_warning(config)
+    if warning is not None:
+        print(f"corral: {warning}", file=sys.stderr)
+    try:
+        if config.mode == "gateway" and not config.api_keys:
+            # Embedded defaults still require a key: one is made once and kept with the data.
+            key, created = local_api_key(config.data_dir)
+            # A second key in the shape the E2B SDK checks (e2b_<hex>), for E2B_API_KEY.
+            e2b_key, _ = local_api_key(config.data_dir, _E2B_KEY_FILE, new_e2b_key)
+            config = config.replace(
+                api_keys=(ApiKey(key=key, user="local"), ApiKey(key=e2b_key, user="local-e2b"))
+            )
+            where = config.data_dir / _KEY_FILE
+            # The key is shown once, when it is made, and only on a terminal: a service's
+            # stderr is a log (the journal), and keys never go into logs. It stays in its
+            # 0600 file.
+            if created and sys.stderr.isatty():
+                print(
+                    f"corral: created {where}\ncorral: Api-Key: {key}\n"
+                    f"corral: E2B_API_KEY={e2b_key}  (kept in {config.data_dir / _E2B_KEY_FILE})",
+                    file=sys.stderr,
+                )
+            else:
+                print(
+                    f"corral: no API keys configured; using the keys in {where} and "
+                    f"{config.data_dir / _E2B_KEY_FILE} (for E2B_API_KEY)",
+                    file=sys.stderr,
+                )
+        host = f"[{config.bind_host}]" if ":" in config.bind_host else config.bind_host
+        # Connections wait in the socket's backlog until the engine is up, then are served.
+        print(
+            f"corral: serving the {config.mode} API on http://{host}:{sock.getsockname()[1]}",
+            file=sys.stderr,
         )
-        where = config.data_dir / _KEY_FILE
-        # The key is shown once, when it is made, and only on a terminal: a service's stderr
-        # is a log (the journal), and keys never go into logs. It stays in its 0600 file.
-        if created and sys.stderr.isatty():
-            print(
-                f"corral: created {where}\ncorral: Api-Key: {key}\n"
-                f"corral: E2B_API_KEY={e2b_key}  (kept in {config.data_dir / _E2B_KEY_FILE})",
-                file=sys.stderr,
-            )
-        else:
-            print(
-                f"corral: no API keys configured; using the keys in {where} and "
-                f"{config.data_dir / _E2B_KEY_FILE} (for E2B_API_KEY)",
-                file=sys.stderr,
-            )
-    serve(config)
+        with contextlib.suppress(KeyboardInterrupt):
+            anyio.run(functools.partial(serve_async, config, sockets=[sock]))
+    finally:
+        sock.close()
     return EXIT_OK
 
 

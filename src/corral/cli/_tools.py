@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import anyio
 
@@ -26,6 +27,7 @@ from corral.mistral import (
     run_chat,
 )
 from corral.tools import (
+    CodeInterpreterConfig,
     Invocation,
     ToolContext,
     ToolRegistry,
@@ -36,17 +38,40 @@ from corral.tools import (
 __all__ = ["chat_command", "tools_command"]
 
 
+_NO_KEY = "unavailable: set MISTRAL_API_KEY"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Toolbox:
+    registry: ToolRegistry
+    context: ToolContext
+    unavailable: Mapping[str, str]
+    """Tools that are registered but cannot work here, with the reason."""
+
+
 @contextlib.asynccontextmanager
-async def _toolbox(config: Config) -> AsyncIterator[tuple[ToolRegistry, ToolContext]]:
+async def _toolbox(config: Config, *, run: bool = True) -> AsyncIterator[_Toolbox]:
+    """The registry of one invocation; ``run=False`` for listing, which starts no engine."""
     registry = ToolRegistry()
-    invocation = Invocation()
-    async with Engine(capacity=1, pool_size=1, limits=config.limits()) as engine:
-        register_code_interpreter(registry, engine, invocation)
-        settings = MistralSettings.load(config.raw_toml, os.environ)
+    tool_config = CodeInterpreterConfig.from_toml(config.raw_toml)
+    invocation = Invocation(max_calls=tool_config.max_calls)
+    settings = MistralSettings.load(config.raw_toml, os.environ)
+    engine = Engine(capacity=1, pool_size=1, limits=config.limits())
+    async with engine if run else contextlib.nullcontext(engine):
+        register_code_interpreter(registry, engine, invocation, config=tool_config)
+        local = set(registry.names())
         async with MistralClient.from_settings(settings) as client:
-            warn = lambda text: print(f"corral: {text}", file=sys.stderr)  # noqa: E731
-            await register_mistral_tools(registry, settings, client, warn=warn)
-            yield registry, ToolContext(invocation=invocation)
+            if client.has_key:
+                warn = lambda text: print(f"corral: {text}", file=sys.stderr)  # noqa: E731
+                await register_mistral_tools(registry, settings, client, warn=warn)
+                unavailable: dict[str, str] = {}
+            else:
+                # Registered so a call explains itself (a config error), listed as unavailable;
+                # the connector loader needs the key, so it is left out without a word.
+                quiet = dataclasses.replace(settings, connector_tools_enabled=False)
+                await register_mistral_tools(registry, quiet, client)
+                unavailable = dict.fromkeys(set(registry.names()) - local, _NO_KEY)
+            yield _Toolbox(registry, ToolContext(invocation=invocation), unavailable)
 
 
 def tools_command(args: argparse.Namespace) -> int:
@@ -65,16 +90,20 @@ def tools_command(args: argparse.Namespace) -> int:
 
 
 async def _list(config: Config) -> int:
-    async with _toolbox(config) as (registry, _context):
-        for tool in export_tools(registry.active(), "mcp"):
+    async with _toolbox(config, run=False) as box:
+        for tool in export_tools(box.registry.active(), "mcp"):
+            name = str(tool["name"])
             summary = str(tool.get("description", "")).strip().splitlines()
-            print(f"{tool['name']}\t{summary[0] if summary else ''}")
+            first = summary[0] if summary else ""
+            if name in box.unavailable:
+                first = f"({box.unavailable[name]}) {first}"
+            print(f"{name}\t{first}")
     return EXIT_OK
 
 
 async def _call(config: Config, name: str, arguments: dict[str, object]) -> int:
-    async with _toolbox(config) as (registry, context):
-        result = await registry.call(name, arguments, context)
+    async with _toolbox(config) as box:
+        result = await box.registry.call(name, arguments, box.context)
     print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     return EXIT_PYTHON_ERROR if result.is_error else EXIT_OK
 
@@ -92,7 +121,8 @@ def _read_line(prompt: str) -> str | None:
 
 
 async def _chat(config: Config, model: str | None) -> int:
-    async with _toolbox(config) as (registry, context):
+    async with _toolbox(config) as box:
+        registry, context = box.registry, box.context
         settings = MistralSettings.load(config.raw_toml, os.environ)
         async with MistralClient.from_settings(settings) as client:
             if not client.has_key:

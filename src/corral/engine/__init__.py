@@ -19,6 +19,7 @@ from corral.engine._result import (
 )
 from corral.engine._session import Session
 from corral.engine._stream import OutputEvent, OutputListener
+from corral.engine._supply import stdlib_only
 
 __all__ = [
     "Engine",
@@ -37,6 +38,7 @@ __all__ = [
     "RunEventSink",
     "Session",
     "SourceItem",
+    "stdlib_only",
 ]
 
 _publish(globals())

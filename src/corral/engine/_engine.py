@@ -25,7 +25,7 @@ from corral.engine._scheduler import Scheduler, SchedulerStatistics
 from corral.engine._session import Session, SessionManager
 from corral.engine._stream import OutputEvent, OutputListener, iterate
 from corral.engine._supervisor import supervise
-from corral.engine._supply import WorkerSupply, stdlib_only
+from corral.engine._supply import WorkerSupply, adopt_data_dir, stdlib_only
 from corral.errors import WorkerError, ZygoteUnavailable
 from corral.sandbox import DEFAULT_PRELOAD, Holder, WarmPool, Zygote
 
@@ -80,6 +80,7 @@ class Engine:
         lean: bool = True,
         lean_preload: Sequence[str] = (),
         uid_range: tuple[int, int] | UidRange = DEFAULT_UID_RANGE,
+        session_data_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.capacity = capacity or os.cpu_count() or 1
         self.limits = limits
@@ -95,7 +96,11 @@ class Engine:
         self.session_disk_bytes = session_disk_bytes
         uids = uid_range if isinstance(uid_range, UidRange) else UidRange(*uid_range)
         full_uids, lean_uids = uids.split()  # each zygote a block of its own
-        self._full = WorkerSupply(preload, limits, self._pool_size, full_uids)
+        # A host folder as every session's /mnt/data (container mode's MOUNT_FOLDER): files
+        # outlive the holder, and the folder's own size, not session_disk_bytes, bounds them.
+        self._uids = uids
+        self._data_dir = None if session_data_dir is None else os.fspath(session_data_dir)
+        self._full = WorkerSupply(preload, limits, self._pool_size, full_uids, self._data_dir)
         self._lean = (
             WorkerSupply(lean_preload, limits, self._pool_size, lean_uids) if lean else None
         )
@@ -369,7 +374,19 @@ class Engine:
         zygote = self._full.zygote
         if zygote is None:
             raise ZygoteUnavailable("no zygote")
-        return await zygote.spawn_holder(self.session_disk_bytes)
+        holder = await zygote.spawn_holder(self.session_disk_bytes)
+        if self._data_dir is not None:
+            # Before any code runs: the folder, and what earlier sessions left, become this
+            # session's own uid's (each session has one of its own).
+            try:
+                await anyio.to_thread.run_sync(
+                    adopt_data_dir, self._data_dir, holder.outer_id, self._uids
+                )
+            except BaseException:
+                holder.kill()
+                holder.close()
+                raise
+        return holder
 
     def statistics(self) -> EngineStatistics:
         pools = [z.pool.statistics() for z in self._supplies() if z.pool is not None]

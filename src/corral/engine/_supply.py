@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import functools
 import logging
+import os
+import stat
 import sys
 from collections.abc import Sequence
 
@@ -20,7 +22,7 @@ import anyio.abc
 from corral._limits import Limits
 from corral._uids import UidRange
 from corral.engine._supervisor import Backoff
-from corral.errors import IsolationError, WorkerError
+from corral.errors import ConfigError, IsolationError, WorkerError
 from corral.sandbox import WarmPool, Zygote, doctor
 
 __all__ = ["WorkerSupply", "stdlib_only"]
@@ -70,6 +72,40 @@ async def _probe(zygote: Zygote) -> None:
         ) from exc
 
 
+def prepare_data_dir(path: str) -> None:
+    """Make sure ``path`` is a folder, created if missing (a link is refused).
+
+    Raises:
+        ConfigError: it cannot be created, or is not a directory.
+    """
+    try:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        info = os.stat(path, follow_symlinks=False)
+    except OSError as exc:
+        raise ConfigError(f"cannot use {path} as the session data folder: {exc.strerror}") from exc
+    if not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"the session data folder {path} is not a directory")
+
+
+def adopt_data_dir(path: str, uid: int, sandbox: UidRange) -> None:
+    """Give a new session the data folder: the folder and what earlier sessions made in it
+    (entries owned by a uid of ``sandbox``) become ``uid``'s; others' files keep their owners.
+
+    Called before the session runs any code. Entries are changed through their directory's
+    descriptor and never through a link, and links are never followed into.
+    """
+    first, last = sandbox.first, sandbox.first + sandbox.count
+    os.chown(path, uid, uid, follow_symlinks=False)
+    for _dir, names, files, dir_fd in os.fwalk(path, follow_symlinks=False):
+        for name in (*names, *files):
+            try:
+                owner = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_uid
+                if first <= owner < last and owner != uid:
+                    os.chown(name, uid, uid, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+
+
 class WorkerSupply:
     """One zygote process, restarted whenever it dies or fails, and its pool of ready workers.
 
@@ -79,10 +115,16 @@ class WorkerSupply:
     """
 
     def __init__(
-        self, preload: Sequence[str], limits: Limits, pool_size: int, uids: UidRange
+        self,
+        preload: Sequence[str],
+        limits: Limits,
+        pool_size: int,
+        uids: UidRange,
+        session_data_dir: str | None = None,
     ) -> None:
         self.preload = tuple(preload)
         self._uids = uids
+        self._session_data_dir = session_data_dir
         self._limits = limits
         self._pool_size = pool_size
         self.zygote: Zygote | None = None
@@ -94,17 +136,27 @@ class WorkerSupply:
         self._closed = anyio.Event()
 
     async def _start(self, task_group: anyio.abc.TaskGroup) -> None:
-        """Raises: IsolationError (with doctor's reasons), ZygoteUnavailable."""
+        """Raises: IsolationError (with doctor's reasons), ZygoteUnavailable, ConfigError (an
+        unusable session data folder)."""
         limits = self._limits
-        zygote = Zygote(
-            preload=self.preload,
-            uids=self._uids,
-            static={
-                "work_bytes": limits.work_bytes,
-                "pids": limits.pids,
-                "file_bytes": limits.file_bytes,
-                "open_files": limits.open_files,
-            },
+        if self._session_data_dir is not None:
+            await anyio.to_thread.run_sync(prepare_data_dir, self._session_data_dir)
+        static = {
+            "work_bytes": limits.work_bytes,
+            "pids": limits.pids,
+            "file_bytes": limits.file_bytes,
+            "open_files": limits.open_files,
+        }
+        # The option only when set: a stand-in zygote (tests' fake sandbox) need not know it.
+        zygote = (
+            Zygote(preload=self.preload, uids=self._uids, static=static)
+            if self._session_data_dir is None
+            else Zygote(
+                preload=self.preload,
+                uids=self._uids,
+                static=static,
+                data_dir=self._session_data_dir,
+            )
         )
         try:
             await zygote.start(task_group)

@@ -25,12 +25,16 @@ from pydantic import BaseModel, ValidationError
 from corral._limits import Limits
 from corral.engine import ExecutionResult
 from corral.errors import EngineClosed
+from corral.http._docs import json_body
 from corral.http._errors import RETRY_AFTER, fail
 from corral.http._responses import json_response
 from corral.http._sandboxfusion_wire import (
     BatchBody,
     BatchCase,
+    BatchResponseDoc,
+    DetailDoc,
     RunCodeBody,
+    RunCodeResponseDoc,
     decode_files,
     passed,
     sandbox_error,
@@ -156,7 +160,23 @@ async def _run(
     return result
 
 
-@router.post("/run_code")
+_ANSWERS: dict[int | str, dict[str, Any]] = {
+    status: {"model": DetailDoc, "description": text}
+    for status, text in (
+        (401, "Missing or unknown API key (unless `[server] open_run_code`)"),
+        (403, "The key may not run code"),
+        (422, "A body SandboxFusion would refuse: an unknown language, a bad field"),
+        (504, "No worker became free in time (`Retry-After`): retry, as verl does"),
+    )
+}
+
+
+@router.post(
+    "/run_code",
+    openapi_extra=json_body(RunCodeBody),
+    response_model=RunCodeResponseDoc,
+    responses=_ANSWERS,
+)
 async def run_code(request: Request) -> Response:
     """SandboxFusion's ``run_code`` for Python, field for field."""
     state, tenant = _authorize(request)
@@ -182,7 +202,12 @@ async def run_code(request: Request) -> Response:
     return json_response(to_response(result, body.fetch_files))
 
 
-@router.post("/run_code_batch")
+@router.post(
+    "/run_code_batch",
+    openapi_extra=json_body(BatchBody),
+    response_model=BatchResponseDoc,
+    responses=_ANSWERS,
+)
 async def run_code_batch(request: Request) -> Response:
     """One program against many cases, each a fresh isolated run; results in case order.
 

@@ -241,3 +241,42 @@ def passed(response: dict[str, Any], expected: str | None) -> bool | None:
     if response.get("status") != "Success" or not run or run.get("status") != "Finished":
         return False
     return str(run.get("stdout", "")).rstrip("\n") == expected.rstrip("\n")
+
+
+class CommandResultDoc(BaseModel):
+    """SandboxFusion's ``CommandRunResult`` (documentation of the answer)."""
+
+    status: Literal["Finished", "Error", "TimeLimitExceeded"]
+    execution_time: float | None
+    return_code: int | None
+    stdout: str | None
+    stderr: str | None
+
+
+class RunCodeResponseDoc(BaseModel):
+    """SandboxFusion's ``RunCodeResponse``: every key is present, with nulls."""
+
+    status: Literal["Success", "Failed", "SandboxError"]
+    message: str
+    compile_result: CommandResultDoc | None
+    run_result: CommandResultDoc | None
+    executor_pod_name: str | None
+    files: dict[str, str]
+
+
+class CaseResultDoc(RunCodeResponseDoc):
+    """One case of a batch; ``passed`` is null when the case gave no expectation."""
+
+    passed: bool | None
+
+
+class BatchResponseDoc(BaseModel):
+    """``/run_code_batch``: one result per case, in case order."""
+
+    results: list[CaseResultDoc]
+
+
+class DetailDoc(BaseModel):
+    """SandboxFusion's (FastAPI's) error body."""
+
+    detail: Any

@@ -32,7 +32,13 @@ def engine_options(config: Config) -> dict[str, Any]:
     if config.mode == "container":
         # The platform, not corral, ends this session.
         options["session_idle_timeout"] = _CONTAINER_SESSION_LIFETIME
+        # DIAL's container keeps its files in MOUNT_FOLDER, where a volume or a sidecar sees
+        # them and where they outlive a restart.
+        options["session_data_dir"] = config.mount_folder
     return options
+
+
+_uvicorn_log = logging.getLogger("uvicorn.error")
 
 
 class _Server(uvicorn.Server):
@@ -42,6 +48,17 @@ class _Server(uvicorn.Server):
     the engine has stopped its zygotes and workers; here the signal only asks to stop, and
     ``serve_async`` returns normally once everything is down.
     """
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if sockets and self.started:
+            # uvicorn names the address only when it binds it itself; say it for sockets
+            # bound before (corral serve binds first), in uvicorn's words, once serving.
+            for sock in sockets:
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    host, port = sock.getsockname()[:2]
+                    shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
+                    _uvicorn_log.info("Uvicorn running on http://%s:%d", shown, port)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -79,7 +96,48 @@ async def serve_async(
     """
     logging.basicConfig(level=config.log_level.upper())
     config.data_dir.mkdir(parents=True, exist_ok=True)
+    with _stop_requests() as stopping:
+        await _serve_engine(config, sockets, stop, stopping)
+
+
+class _StopRequest:
+    """SIGINT/SIGTERM outside uvicorn's own handling (while the engine starts, and while it
+    stops after the server has): a request to stop, never an abrupt end that would skip
+    answering runs and stopping the zygotes."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.server: uvicorn.Server | None = None
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.requested = True
+        if self.server is not None:
+            self.server.should_exit = True
+
+
+@contextlib.contextmanager
+def _stop_requests() -> Iterator[_StopRequest]:
+    request = _StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    originals = {sig: signal.signal(sig, request) for sig in _STOP_SIGNALS}
+    try:
+        yield request
+    finally:
+        for sig, handler in originals.items():
+            signal.signal(sig, handler)
+
+
+async def _serve_engine(
+    config: Config,
+    sockets: list[socket.socket] | None,
+    stop: anyio.Event | None,
+    stopping: _StopRequest,
+) -> None:
     async with Engine(**engine_options(config)) as engine:
+        if stopping.requested:
+            return
         app = create_app(engine, config)
         server = _Server(
             uvicorn.Config(
@@ -99,6 +157,8 @@ async def serve_async(
             if stop is not None:
                 tg.start_soon(_stop_on, stop, server)
             tg.start_soon(_drain_on_exit, server, engine, config.shutdown_grace)
+            stopping.server = server
+            server.should_exit = stopping.requested  # asked while the engine was starting
             await server.serve(sockets=sockets)
             with anyio.CancelScope(shield=True):
                 await engine.drain(0)  # nothing is left to answer: stop the stragglers now

@@ -10,11 +10,12 @@ its call budget and its persistent interpreter are unreachable from any other se
 from corral._public import publish as _publish
 from corral.mcp._serve import create_http_app, run_mcp, serve_http, serve_mcp, serve_stdio
 from corral.mcp._server import SERVER_NAME, CorralServer, build_server
-from corral.mcp._session import ToolSetup
+from corral.mcp._session import McpOptions, ToolSetup
 
 __all__ = [
     "SERVER_NAME",
     "CorralServer",
+    "McpOptions",
     "ToolSetup",
     "build_server",
     "create_http_app",

@@ -18,7 +18,7 @@ from starlette.types import Message, Receive, Scope, Send
 from corral._config import Config
 from corral.engine import Engine
 from corral.mcp._server import CorralServer, build_server
-from corral.mcp._session import ToolSetup
+from corral.mcp._session import McpOptions, ToolSetup
 from corral.tools import DEFAULT_CODE_INTERPRETER_CONFIG, CodeInterpreterConfig
 
 __all__ = ["create_http_app", "run_mcp", "serve_http", "serve_mcp", "serve_stdio"]
@@ -35,6 +35,7 @@ async def serve_stdio(
     *,
     config: CodeInterpreterConfig = DEFAULT_CODE_INTERPRETER_CONFIG,
     extra_tools: ToolSetup | None = None,
+    options: McpOptions | None = None,
 ) -> None:
     """Serve one MCP session over this process's stdin and stdout until stdin closes.
 
@@ -42,7 +43,7 @@ async def serve_stdio(
     started earlier keep the real stdout: an engine started before this call has its zygote
     on the wire's descriptor, which is why :func:`serve_mcp` claims stdio first.
     """
-    server = build_server(engine, config=config, extra_tools=extra_tools)
+    server = build_server(engine, config=config, extra_tools=extra_tools, options=options)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
@@ -80,6 +81,7 @@ def create_http_app(
     config: CodeInterpreterConfig = DEFAULT_CODE_INTERPRETER_CONFIG,
     extra_tools: ToolSetup | None = None,
     session_idle_timeout: float = DEFAULT_SESSION_IDLE_TIMEOUT,
+    options: McpOptions | None = None,
 ) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
     """The streamable-HTTP ASGI app (``/mcp``), for loopback; run it with its lifespan on.
 
@@ -91,6 +93,7 @@ def create_http_app(
         extra_tools=extra_tools,
         keyed=True,
         idle_timeout=session_idle_timeout,
+        options=options,
     )
     app = server.streamable_http_app(
         streamable_http_path=_HTTP_PATH, host=LOOPBACK, session_idle_timeout=session_idle_timeout
@@ -105,6 +108,7 @@ async def serve_http(
     config: CodeInterpreterConfig = DEFAULT_CODE_INTERPRETER_CONFIG,
     extra_tools: ToolSetup | None = None,
     log_level: str = "warning",
+    options: McpOptions | None = None,
     task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve streamable HTTP at ``http://127.0.0.1:<port>/mcp`` until cancelled or signalled.
@@ -115,14 +119,14 @@ async def serve_http(
     Raises:
         OSError: the port cannot be bound.
     """
-    app = create_http_app(engine, config=config, extra_tools=extra_tools)
+    app = create_http_app(engine, config=config, extra_tools=extra_tools, options=options)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((LOOPBACK, port))
-    except OSError:
+    except OSError as exc:
         sock.close()
-        raise
+        raise OSError(exc.errno, f"{LOOPBACK}:{port}: {exc.strerror}") from exc
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -159,14 +163,16 @@ async def serve_mcp(
 ) -> None:
     """Start an engine from ``config`` and serve MCP: stdio, or HTTP when ``http_port`` is set.
 
-    Bounds come from the ``[code_interpreter]`` table of ``corral.toml`` (``maxCalls``,
-    ``timeoutMs``, ``maxCodeCharacters``, ``maxOutputCharacters``, ``maxSources``).
+    Bounds come from the ``[code_interpreter]`` table of ``corral.toml`` (``timeout_ms``,
+    ``max_code_chars``, ``max_output_chars``, ``max_sources``) and the ``[mcp]`` table
+    (``max_calls_per_session``, unset by default: no cap; ``max_embedded_file_bytes``).
 
     Raises:
         ConfigError: a bad ``[code_interpreter]`` table.
         IsolationError: this host cannot build the sandbox.
     """
     tool_config = CodeInterpreterConfig.from_toml(config.raw_toml)
+    options = McpOptions.from_toml(config.raw_toml)
     config.data_dir.mkdir(parents=True, exist_ok=True)
     if http_port is not None:
         async with Engine(**config.engine_options()) as engine:
@@ -176,12 +182,13 @@ async def serve_mcp(
                 config=tool_config,
                 extra_tools=extra_tools,
                 log_level=config.log_level.lower(),
+                options=options,
             )
         return
     # Claim stdin/stdout before the engine starts, so the zygote and every worker inherit the
     # diverted descriptors and nothing they print can reach the JSON-RPC stream.
     async with stdio_server() as (read, write), Engine(**config.engine_options()) as engine:
-        server = build_server(engine, config=tool_config, extra_tools=extra_tools)
+        server = build_server(engine, config=tool_config, extra_tools=extra_tools, options=options)
         await server.run(read, write, server.create_initialization_options())
 
 

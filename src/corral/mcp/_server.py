@@ -9,6 +9,7 @@ content and the execution result JSON as ``structuredContent``.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -23,19 +24,22 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
-from mcp_types import METHOD_NOT_FOUND
+from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
 
 import corral
 from corral.engine import Engine
-from corral.mcp._session import SessionTable, ToolSetup
+from corral.errors import CorralError
+from corral.mcp._session import McpOptions, SessionTable, ToolSetup
 from corral.tools import (
     DEFAULT_CODE_INTERPRETER_CONFIG,
     PROGRESS_PHASES,
+    SESSION_FILE_URI,
     CodeInterpreterConfig,
     ProgressEvent,
     ToolContext,
     describe_progress,
     export_tools,
+    read_session_file,
 )
 
 __all__ = ["SERVER_NAME", "CorralServer", "build_server"]
@@ -43,12 +47,13 @@ __all__ = ["SERVER_NAME", "CorralServer", "build_server"]
 logger = logging.getLogger("corral.mcp")
 
 SERVER_NAME = "corral"
+_MAX_READ_BYTES = 64 * 1024 * 1024  # one resources/read; the session's quota bounds files anyway
 _PROGRESS_BUFFER = 32  # events a slow client may lag behind; progress is advisory, extra drops
 _INSTRUCTIONS = (
     "corral runs Python in fresh, isolated sandboxes. Use code_interpreter for any "
     "calculation or data transformation instead of doing it in prose; register files with "
     "source_add and pass their ids in sourceIds; use code_session when state must persist "
-    "between steps. Each MCP session has its own sources and call budget."
+    "between steps. Each MCP session has its own sources (and call budget, when one is set)."
 )
 
 Context = ServerRequestContext[SessionTable, Any]
@@ -124,6 +129,35 @@ async def _call_tool(ctx: Context, params: types.CallToolRequestParams) -> types
     return types.CallToolResult.model_validate(result.to_mcp())
 
 
+async def _read_resource(
+    ctx: Context, params: types.ReadResourceRequestParams
+) -> types.ReadResourceResult:
+    """A file of this MCP session's code session, by the URI a result linked it with."""
+    session = await ctx.lifespan_context.get(ctx)
+    uri = str(params.uri)
+    if not uri.startswith(SESSION_FILE_URI):
+        raise MCPError(code=INVALID_PARAMS, message=f"unknown resource: {uri[:200]}")
+    try:
+        data, media_type = await read_session_file(
+            session.invocation, uri, max_bytes=_MAX_READ_BYTES
+        )
+    except FileNotFoundError as exc:
+        raise MCPError(code=INVALID_PARAMS, message=f"no such file: {uri[:200]}") from exc
+    except (OSError, CorralError) as exc:
+        raise MCPError(code=INVALID_PARAMS, message=f"cannot read {uri[:200]}: {exc}") from exc
+    blob = base64.b64encode(data).decode("ascii")
+    return types.ReadResourceResult(
+        contents=[types.BlobResourceContents(uri=uri, mime_type=media_type, blob=blob)]
+    )
+
+
+async def _list_resources(
+    ctx: Context, params: types.PaginatedRequestParams | None
+) -> types.ListResourcesResult:
+    # Generated files are announced by the results that made them (resource links), not here.
+    return types.ListResourcesResult(resources=[])
+
+
 async def _listen(
     ctx: Context, params: types.SubscriptionsListenRequestParams
 ) -> types.SubscriptionsListenResult:
@@ -144,6 +178,7 @@ def build_server(
     extra_tools: ToolSetup | None = None,
     keyed: bool = False,
     idle_timeout: float | None = None,
+    options: McpOptions | None = None,
 ) -> CorralServer:
     """The MCP server over ``engine``: ``code_interpreter``, ``source_add``, ``code_session``.
 
@@ -156,13 +191,20 @@ def build_server(
         keyed: one lifespan serves many sessions, told apart by ``Mcp-Session-Id``
             (streamable HTTP); otherwise every lifespan (``Server.run``) is one session.
         idle_timeout: seconds after which an idle keyed session is closed.
+        options: the ``[mcp]`` table (a per-session call cap, the embedding size).
     """
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Server[SessionTable]) -> AsyncIterator[SessionTable]:
         async with anyio.create_task_group() as tg:
             table = SessionTable(
-                engine, config, extra_tools, tg, keyed=keyed, idle_timeout=idle_timeout
+                engine,
+                config,
+                extra_tools,
+                tg,
+                keyed=keyed,
+                idle_timeout=idle_timeout,
+                options=options,
             )
             if keyed:
                 tg.start_soon(table.expire_loop)
@@ -182,6 +224,8 @@ def build_server(
         lifespan=lifespan,
         on_list_tools=_list_tools,
         on_call_tool=_call_tool,
+        on_list_resources=_list_resources,
+        on_read_resource=_read_resource,
         on_subscriptions_listen=_listen,
     )
     if keyed:

@@ -9,7 +9,8 @@ shared session would let one client reach another's sources and quota.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -20,8 +21,10 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST
 
+from corral._config import table_values
 from corral.engine import Engine
 from corral.tools import (
+    DEFAULT_EMBED_FILE_BYTES,
     CodeInterpreterConfig,
     Invocation,
     ToolRegistry,
@@ -30,13 +33,39 @@ from corral.tools import (
     source_add_tool,
 )
 
-__all__ = ["McpSession", "SessionTable", "ToolSetup"]
+__all__ = ["McpOptions", "McpSession", "SessionTable", "ToolSetup"]
 
 logger = logging.getLogger("corral.mcp")
 
 ToolSetup = Callable[[ToolRegistry, Invocation], Awaitable[object]]
 """Registers more tools into a new session's registry; what it returns is ignored, so
 ``lambda registry, _: register_mistral_tools(registry, settings, client)`` fits."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpOptions:
+    """The ``[mcp]`` table: what bounds an MCP session as a whole."""
+
+    max_calls_per_session: int | None = None
+    """Code-running calls one MCP session may make; None is no cap. ``[code_interpreter]
+    max_calls`` bounds one invocation (a chat turn, one HTTP request), and a desktop client's
+    MCP session lasts as long as the client, so it is not applied here."""
+    embed_file_bytes: int = DEFAULT_EMBED_FILE_BYTES
+    """Largest generated file ``code_session`` embeds; larger ones are resource links."""
+
+    @classmethod
+    def from_toml(cls, raw: Mapping[str, Any]) -> McpOptions:
+        """Read ``[mcp]`` of a parsed ``corral.toml``.
+
+        Raises:
+            ConfigError: an unknown key or a value of the wrong type.
+        """
+        table = table_values(raw, "mcp")
+        return cls(
+            max_calls_per_session=table.get("max_calls_per_session"),
+            embed_file_bytes=table.get("max_embedded_file_bytes", DEFAULT_EMBED_FILE_BYTES),
+        )
+
 
 _SESSION_HEADER = "mcp-session-id"
 _SWEEP_INTERVAL = 60.0  # seconds between idle-session sweeps; expiry is coarse on purpose
@@ -65,12 +94,17 @@ class McpSession:
         config: CodeInterpreterConfig,
         setup: ToolSetup | None,
         task_group: anyio.abc.TaskGroup,
+        options: McpOptions | None = None,
     ) -> McpSession:
-        self = cls(key, Invocation(max_calls=config.max_calls))
+        options = options or McpOptions()
+        self = cls(key, Invocation(max_calls=options.max_calls_per_session))
         try:
             register_code_interpreter(self.registry, engine, self.invocation, config=config)
             self.registry.register(source_add_tool())
-            self.registry.register(code_session_tool(engine, config=config))
+            tool = code_session_tool(
+                engine, config=config, embed_file_bytes=options.embed_file_bytes
+            )
+            self.registry.register(tool)
             if setup is not None:
                 await setup(self.registry, self.invocation)
         except BaseException:
@@ -129,7 +163,9 @@ class SessionTable:
         *,
         keyed: bool,
         idle_timeout: float | None = None,
+        options: McpOptions | None = None,
     ) -> None:
+        self._options = options or McpOptions()
         self._engine = engine
         self._config = config
         self._setup = setup
@@ -167,7 +203,7 @@ class SessionTable:
                 session = self._sessions.get(key)
                 if session is None:
                     session = await McpSession.open(
-                        key, self._engine, self._config, self._setup, self._tg
+                        key, self._engine, self._config, self._setup, self._tg, self._options
                     )
                     self._sessions[key] = session
         session.attach(request)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral._config import table_values
 from corral.errors import ConfigError
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_SEARCH_MODEL", "MistralSettings"]
@@ -14,10 +15,6 @@ DEFAULT_BASE_URL = "https://api.mistral.ai"
 DEFAULT_SEARCH_MODEL = "mistral-small-latest"
 DEFAULT_OUTPUT_CHARS = 64_000  # characters; design §5's maxOutputCharacters
 
-_SECTIONS: dict[str, frozenset[str]] = {
-    "knowledge": frozenset({"searchModel"}),
-    "connectorTools": frozenset({"enabled", "autoLoad"}),
-}
 _OFF = frozenset({"0", "false", "off"})
 
 
@@ -49,16 +46,16 @@ class MistralSettings:
         Raises:
             ConfigError: an unknown key under ``[mistral]`` or a value of the wrong type.
         """
-        table = _table(toml.get("mistral", {}), "mistral")
-        unknown = set(table) - set(_SECTIONS)
-        if unknown:
-            raise ConfigError(f"unknown key(s) in [mistral]: {', '.join(sorted(unknown))}")
-        knowledge = _section(table, "knowledge")
-        connectors = _section(table, "connectorTools")
+        # The table of fields checks names (snake_case, the spec's camelCase as aliases).
+        knowledge = table_values(toml, "mistral.knowledge")
+        connectors = table_values(toml, "mistral.connector_tools")
+        if "mistral" in toml and not isinstance(toml["mistral"], Mapping):
+            raise ConfigError("[mistral] must be a table")
+        table_values(toml, "mistral")  # unknown keys directly under [mistral]
 
-        search_model = knowledge.get("searchModel", DEFAULT_SEARCH_MODEL)
+        search_model = knowledge.get("search_model", DEFAULT_SEARCH_MODEL)
         if not isinstance(search_model, str) or not search_model.strip():
-            raise ConfigError("mistral.knowledge.searchModel must be a non-empty string")
+            raise ConfigError("mistral.knowledge.search_model must be a non-empty string")
 
         enabled = connectors.get("enabled")
         if enabled is None:
@@ -66,11 +63,11 @@ class MistralSettings:
             raw = env.get("MISTRAL_CONNECTOR_TOOLS", "").strip().lower()
             enabled = raw not in _OFF if raw else True
         elif not isinstance(enabled, bool):
-            raise ConfigError("mistral.connectorTools.enabled must be true or false")
+            raise ConfigError("mistral.connector_tools.enabled must be true or false")
 
-        auto_load = connectors.get("autoLoad", [])
+        auto_load = connectors.get("auto_load", [])
         if not isinstance(auto_load, list) or not all(isinstance(n, str) for n in auto_load):
-            raise ConfigError("mistral.connectorTools.autoLoad must be a list of strings")
+            raise ConfigError("mistral.connector_tools.auto_load must be a list of strings")
 
         return cls(
             api_key=env.get("MISTRAL_API_KEY", "").strip() or None,
@@ -86,17 +83,3 @@ def normalize_base_url(url: str) -> str:
     url = url.strip().rstrip("/")
     url = url.removesuffix("/v1").rstrip("/")
     return url or DEFAULT_BASE_URL
-
-
-def _table(value: object, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"[{where}] must be a table")
-    return value
-
-
-def _section(table: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    section = _table(table.get(name, {}), f"mistral.{name}")
-    unknown = set(section) - _SECTIONS[name]
-    if unknown:
-        raise ConfigError(f"unknown key(s) in [mistral.{name}]: {', '.join(sorted(unknown))}")
-    return section

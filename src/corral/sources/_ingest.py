@@ -1,4 +1,9 @@
-"""Attachments (CSV, TSV, XLSX, JSON, text, Markdown) turned into canonical UTF-8 text."""
+"""Attachments (CSV, TSV, XLSX, JSON, text, Markdown) turned into canonical UTF-8 text.
+
+Anything else (parquet, images, PDFs, archives) has no text form: it is kept as its original
+bytes with an empty canonical text, so code can still read it. Only a file that claims a
+format it does not have (invalid UTF-8 text, a corrupt workbook) is refused, with the reason.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import codecs
 import csv
 import io
 import json
+import mimetypes
 from dataclasses import dataclass, field
 from typing import Literal, NoReturn
 
@@ -15,7 +21,7 @@ from corral.sources._xlsx import render_workbook
 
 __all__ = ["Ingested", "SourceFormat", "detect_format", "ingest"]
 
-SourceFormat = Literal["csv", "tsv", "xlsx", "json", "text", "markdown"]
+SourceFormat = Literal["csv", "tsv", "xlsx", "json", "text", "markdown", "binary"]
 
 _XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 _MEDIA_TYPES: dict[str, SourceFormat] = {
@@ -61,7 +67,7 @@ _BOMS = (
     (codecs.BOM_UTF16_LE, "utf-16"),
     (codecs.BOM_UTF16_BE, "utf-16"),
 )
-_SUPPORTED = "CSV, TSV, XLSX, JSON, plain text and Markdown"
+_BINARY = "application/octet-stream"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,34 +85,40 @@ class Ingested:
     format: SourceFormat
 
 
+def _declared(media_type: str | None) -> str:
+    return (media_type or "").split(";", 1)[0].strip().lower()
+
+
+def _base_name(filename: str) -> str:
+    return filename.replace("\\", "/").rsplit("/", 1)[-1]
+
+
 def detect_format(filename: str, media_type: str | None) -> SourceFormat:
     """Decide an attachment's format: by media type first, then by file extension.
 
     A generic media type (none, ``application/octet-stream``, ``application/vnd.ms-excel``)
-    defers to the extension; any other ``text/*`` type is plain text.
-
-    Raises:
-        UnsupportedSource: neither the media type nor the extension names a supported format.
+    defers to the extension; any other ``text/*`` type is plain text. What names no text
+    format (``image/png``, ``.parquet``, ``.xls``, no extension at all) is ``binary``.
     """
-    declared = (media_type or "").split(";", 1)[0].strip().lower()
+    declared = _declared(media_type)
     if declared not in _GENERIC:
         found = _MEDIA_TYPES.get(declared)
         if found is None and declared.endswith("+json"):
             found = "json"
         if found is None and declared.startswith("text/"):
             found = "text"
-        if found is None:
-            raise UnsupportedSource(f"media type {declared!r} is not supported ({_SUPPORTED})")
-        return found
-    name = filename.replace("\\", "/").rsplit("/", 1)[-1].lower()
+        return found or "binary"
+    name = _base_name(filename).lower()
     suffix = "." + name.rsplit(".", 1)[-1] if "." in name else ""
-    found = _EXTENSIONS.get(suffix)
-    if found is None:
-        if suffix == ".xls":
-            raise UnsupportedSource("legacy .xls workbooks are not supported; save as .xlsx")
-        what = f"extension {suffix!r}" if suffix else "a file name without an extension"
-        raise UnsupportedSource(f"cannot ingest {what} ({_SUPPORTED})")
-    return found
+    return _EXTENSIONS.get(suffix, "binary")
+
+
+def _binary_media_type(filename: str, media_type: str | None) -> str:
+    declared = _declared(media_type)
+    if declared and declared not in _GENERIC:
+        return declared
+    guessed = mimetypes.guess_type(_base_name(filename), strict=False)[0]
+    return guessed or _BINARY
 
 
 def ingest(
@@ -135,7 +147,8 @@ def ingest(
         The canonical text, the detected media type and format.
 
     Raises:
-        UnsupportedSource: the format is not supported, or the bytes are corrupt.
+        UnsupportedSource: the bytes are not what their name or media type says (invalid
+            UTF-8 text, a corrupt workbook, malformed CSV or JSON); the message says why.
         SourceTooLarge: the attachment or its text exceeds a bound.
     """
     if len(data) > limits.attachment_bytes:
@@ -143,6 +156,11 @@ def ingest(
             f"the attachment has {len(data)} bytes, over the bound of {limits.attachment_bytes}"
         )
     kind = detect_format(filename, media_type)
+    if kind == "binary" and _declared(media_type) in _GENERIC and _is_plain_text(data):
+        kind = "text"  # a .log, .py or extensionless note: nothing says binary, and it reads
+    if kind == "binary":
+        # No text form: the code reads the original bytes (input_assets[id]["original"]).
+        return Ingested(text=b"", media_type=_binary_media_type(filename, media_type), format=kind)
     if kind == "xlsx":
         text = render_workbook(
             data, text_bytes=limits.text_bytes, unpacked_bytes=limits.unpacked_bytes
@@ -161,6 +179,16 @@ def ingest(
             f"the attachment's text has {len(encoded)} bytes, over the bound of {limits.text_bytes}"
         )
     return Ingested(text=encoded, media_type=_CANONICAL[kind], format=kind)
+
+
+def _is_plain_text(data: bytes) -> bool:
+    if not data or b"\x00" in data:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _decode(data: bytes, kind: SourceFormat) -> str:

@@ -171,14 +171,28 @@ class SourceRegistry:
         """
         if self.get(source.id) is not source:
             raise SourceNotFound(f"source {_show(source.id)} does not belong to this invocation")
-        return Input(
-            id=source.id,
-            text=source.text,
-            original=source.original,
-            media_type=source.media_type,
-            text_sha256=source.text_sha256,
-            original_sha256=source.original_sha256,
-        )
+        # The code also finds the source under its own name; a name no file can have
+        # (empty, "..", too long) mounts it by id only.
+        name = source.filename.replace("\\", "/").rsplit("/", 1)[-1]
+        try:
+            return Input(
+                id=source.id,
+                text=source.text,
+                original=source.original,
+                media_type=source.media_type,
+                text_sha256=source.text_sha256,
+                original_sha256=source.original_sha256,
+                name=name,
+            )
+        except ValueError:
+            return Input(
+                id=source.id,
+                text=source.text,
+                original=source.original,
+                media_type=source.media_type,
+                text_sha256=source.text_sha256,
+                original_sha256=source.original_sha256,
+            )
 
     def remove(self, source_id: str) -> None:
         """Forget a source; its id stops resolving.

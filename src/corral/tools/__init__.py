@@ -14,7 +14,13 @@ from corral.tools._code_interpreter import (
     code_interpreter_tool,
     register_code_interpreter,
 )
-from corral.tools._code_session import CODE_SESSION, code_session_tool
+from corral.tools._code_session import (
+    CODE_SESSION,
+    DEFAULT_EMBED_FILE_BYTES,
+    SESSION_FILE_URI,
+    code_session_tool,
+    read_session_file,
+)
 from corral.tools._export import EXPORT_FORMATS, ExportFormat, export_tools
 from corral.tools._invocation import DEFAULT_MAX_CALLS, Invocation
 from corral.tools._progress import (
@@ -27,8 +33,11 @@ from corral.tools._progress import (
 )
 from corral.tools._registry import ToolRegistry
 from corral.tools._result import (
+    BlobResource,
     ContentBlock,
     ImageContent,
+    ResourceContent,
+    ResourceLinkContent,
     TextContent,
     ToolErrorInfo,
     ToolResult,
@@ -48,11 +57,14 @@ __all__ = [
     "CODE_INTERPRETER",
     "CODE_SESSION",
     "DEFAULT_CODE_INTERPRETER_CONFIG",
+    "DEFAULT_EMBED_FILE_BYTES",
     "DEFAULT_MAX_CALLS",
     "EXPORT_FORMATS",
     "PROGRESS_PHASES",
+    "SESSION_FILE_URI",
     "SOURCE_ADD",
     "TOOL_NAME_PATTERN",
+    "BlobResource",
     "CodeInterpreterConfig",
     "ContentBlock",
     "ExportFormat",
@@ -64,6 +76,8 @@ __all__ = [
     "ProgressPhase",
     "ProgressReporter",
     "ProgressSink",
+    "ResourceContent",
+    "ResourceLinkContent",
     "TextContent",
     "Tool",
     "ToolAnnotations",
@@ -76,6 +90,7 @@ __all__ = [
     "code_session_tool",
     "describe_progress",
     "export_tools",
+    "read_session_file",
     "register_code_interpreter",
     "source_add_tool",
 ]

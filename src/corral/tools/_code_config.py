@@ -6,20 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from corral._config import table_values
 from corral._limits import Limits
 from corral.errors import ConfigError
 from corral.tools._invocation import DEFAULT_MAX_CALLS
 
 __all__ = ["DEFAULT_CODE_INTERPRETER_CONFIG", "CodeInterpreterConfig"]
-
-# corral.toml keys of [code_interpreter]: the seed's own names (seed 002 §12.1).
-_TOML_KEYS = {
-    "maxCalls": "max_calls",
-    "timeoutMs": "timeout_ms",
-    "maxCodeCharacters": "max_code_chars",
-    "maxOutputCharacters": "max_output_chars",
-    "maxSources": "max_sources",
-}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -59,18 +51,13 @@ class CodeInterpreterConfig:
 
     @classmethod
     def from_toml(cls, raw: Mapping[str, Any]) -> CodeInterpreterConfig:
-        """Read the ``[code_interpreter]`` table of a parsed ``corral.toml``.
+        """Read the ``[code_interpreter]`` table of a parsed ``corral.toml``: snake_case keys
+        (``max_calls``, ``timeout_ms``, ...), the seed's camelCase (``maxCalls``) as aliases.
 
         Raises:
             ConfigError: an unknown key or a value that is not a positive integer.
         """
-        table = raw.get("code_interpreter", {})
-        if not isinstance(table, Mapping):
-            raise ConfigError("[code_interpreter] must be a table")
-        unknown = sorted(set(table) - set(_TOML_KEYS))
-        if unknown:
-            raise ConfigError(f"unknown key(s) in [code_interpreter]: {', '.join(unknown)}")
-        return cls(**{_TOML_KEYS[k]: v for k, v in table.items()})
+        return cls(**table_values(raw, "code_interpreter"))
 
 
 DEFAULT_CODE_INTERPRETER_CONFIG = CodeInterpreterConfig()

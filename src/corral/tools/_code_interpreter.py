@@ -37,11 +37,13 @@ logger = logging.getLogger("corral.tools")
 CODE_INTERPRETER = "code_interpreter"
 
 
-def _description(config: CodeInterpreterConfig, remaining: int | None, max_calls: int) -> str:
+def _description(config: CodeInterpreterConfig, max_calls: int | None) -> str:
+    # Stable for the invocation's whole life: what is left of the budget is in each result.
     budget = (
-        f"Budget: {remaining} of {max_calls} calls left in this run"
-        if remaining is not None
-        else f"Budget: at most {max_calls} calls per run"
+        f"\nBudget: at most {max_calls} calls per run; every call counts, failed ones "
+        "included, and each result says how many are left."
+        if max_calls is not None
+        else ""
     )
     return (
         "Run Python 3 in a fresh, isolated sandbox and return its stdout, stderr, the value of "
@@ -59,11 +61,12 @@ def _description(config: CodeInterpreterConfig, remaining: int | None, max_calls
         f"in sourceIds (at most {config.max_sources}); the code then sees input_files "
         "({id: path of its canonical text, /inputs/<id>.txt}) and input_assets ({id: "
         "{'text', 'original', 'media_type'}}; 'original' is the attachment's own bytes or "
-        "None). Pass ids only, never paths or file names.\n"
+        "None; 'text' is empty for files with no text form, such as parquet or images). Pass "
+        "ids only, never paths or file names.\n"
         f"Limits per call: {config.max_code_chars} characters of code, "
         f"{config.timeout_ms / 1000:g} s including queueing, {config.max_output_chars} "
-        "characters per output channel; cut output is marked and counted.\n"
-        f"{budget}; every call counts, failed ones included."
+        "characters per output channel; cut output is marked and counted."
+        f"{budget}"
     )
 
 
@@ -196,14 +199,13 @@ def code_interpreter_tool(
     Args:
         engine: a started engine; every call gets a fresh worker from it.
         config: the tool's bounds.
-        invocation: when given, the description states its remaining budget (a snapshot:
-            :func:`register_code_interpreter` keeps it current).
+        invocation: when given, the description states its cap (or none, when it has none)
+            instead of ``config.max_calls``.
     """
-    remaining = invocation.remaining if invocation is not None else None
     max_calls = invocation.max_calls if invocation is not None else config.max_calls
     return Tool(
         name=CODE_INTERPRETER,
-        description=_description(config, remaining, max_calls),
+        description=_description(config, max_calls),
         parameters=_parameters(config),
         handler=_Handler(engine, config),
         annotations=_ANNOTATIONS,
@@ -217,25 +219,16 @@ def register_code_interpreter(
     *,
     config: CodeInterpreterConfig = DEFAULT_CODE_INTERPRETER_CONFIG,
 ) -> Callable[[], None]:
-    """Register ``code_interpreter`` for one invocation and keep its budget text current.
+    """Register ``code_interpreter`` for one invocation.
 
-    After every admitted call the tool is re-registered with the new budget in its
-    description, keeping its exposure; the registry's listeners then fire (MCP sends
-    ``notifications/tools/list_changed``).
+    Its description stays the same for the invocation's whole life (each result reports the
+    budget left), so clients can cache the tool list and are not sent ``list_changed``.
 
     Returns:
-        A function that stops the refreshing.
+        A function that does nothing, kept for callers of the refreshing version.
 
     Raises:
         ToolNameTaken: another tool holds the name.
     """
     registry.register(code_interpreter_tool(engine, config=config, invocation=invocation))
-
-    def refresh() -> None:
-        if registry.exposure(CODE_INTERPRETER) == "hidden":
-            return
-        active = CODE_INTERPRETER in registry.active_names()
-        fresh = code_interpreter_tool(engine, config=config, invocation=invocation)
-        registry.register(fresh, "active" if active else "deferred", replace=True)
-
-    return invocation.add_quota_listener(refresh)
+    return lambda: None

@@ -3,31 +3,65 @@
 Unlike ``code_interpreter``, variables and files survive between calls until ``reset`` or
 the end of the invocation (for MCP: of the MCP session). Calls spend the same quota as
 ``code_interpreter``: both run code, and the budget bounds the run's work, not one tool.
+Sources named in ``sourceIds`` are copied into the session's folder under their file names;
+files a call creates or changes come back embedded (up to a size) or as resource links that
+:func:`read_session_file` serves (MCP ``resources/read``).
 """
 
 from __future__ import annotations
 
+import base64
 import logging
+import mimetypes
+import posixpath
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
 from corral._limits import Limits
-from corral.engine import Engine, ExecutionResult, Outcome, Session
-from corral.errors import Busy, SessionClosed, WorkerError
+from corral.engine import Engine, ExecutionResult, FileInfo, Outcome, Session
+from corral.errors import (
+    Busy,
+    CorralError,
+    FileTooLarge,
+    InvalidPath,
+    SessionClosed,
+    SourceError,
+    WorkerError,
+)
 from corral.tools._code_config import DEFAULT_CODE_INTERPRETER_CONFIG, CodeInterpreterConfig
 from corral.tools._invocation import Invocation, admit_call, start_call
 from corral.tools._progress import ProgressReporter
 from corral.tools._render import CallFacts, render_execution
-from corral.tools._result import TextContent, ToolResult
+from corral.tools._result import (
+    BlobResource,
+    ContentBlock,
+    ResourceContent,
+    ResourceLinkContent,
+    TextContent,
+    ToolResult,
+)
 from corral.tools._tool import Tool, ToolAnnotations, ToolContext
 
-__all__ = ["CODE_SESSION", "code_session_tool"]
+__all__ = [
+    "CODE_SESSION",
+    "DEFAULT_EMBED_FILE_BYTES",
+    "SESSION_FILE_URI",
+    "code_session_tool",
+    "read_session_file",
+]
 
 logger = logging.getLogger("corral.tools")
 
 CODE_SESSION = "code_session"
+SESSION_FILE_URI = "corral://session/files/"
+"""Prefix of the URI of a file in the invocation's session folder (the path follows, quoted)."""
+DEFAULT_EMBED_FILE_BYTES = 1024 * 1024
+"""Largest generated file a result carries inline; larger ones are resource links."""
+_FILES_RETURNED = 20  # files per result, embedded or linked; the rest are counted in the text
+_SESSION_ROOT = "/mnt/data"
 
 
 @dataclass(slots=True)
@@ -49,32 +83,71 @@ def _description(config: CodeInterpreterConfig) -> str:
         f"Limits per call: {config.max_code_chars} characters of code, "
         f"{config.timeout_ms / 1000:g} s including queueing (past it the interpreter restarts: "
         f"variables are lost, files kept), {config.max_output_chars} characters per output "
-        "channel. Calls spend the same budget as code_interpreter."
+        "channel. Calls spend the same budget as code_interpreter.\n"
+        f"sourceIds (at most {config.max_sources}) copies this run's sources into the working "
+        "folder under their file names. Files a call creates or changes come back with its "
+        "result: small ones inline, larger ones as links to read."
     )
 
 
-_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "summary": {
-            "type": "string",
-            "description": "One short sentence for the user on what this code does.",
+def _parameters(config: CodeInterpreterConfig) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "summary": {
+                "type": "string",
+                "description": "One short sentence for the user on what this code does.",
+            },
+            "code": {"type": "string", "description": "Python 3 source; may be empty with reset."},
+            "reset": {
+                "type": "boolean",
+                "description": "Discard the interpreter's variables and files before running.",
+            },
+            "sourceIds": {
+                "type": "array",
+                "items": {"type": "string"},
+                "maxItems": config.max_sources,
+                "description": "Ids of this run's sources to copy into the working folder.",
+            },
         },
-        "code": {"type": "string", "description": "Python 3 source; may be empty with reset."},
-        "reset": {
-            "type": "boolean",
-            "description": "Discard the interpreter's variables and files before running code.",
-        },
-    },
-    "required": ["summary", "code"],
-    "additionalProperties": False,
-}
+        "required": ["summary", "code"],
+        "additionalProperties": False,
+    }
+
+
+def session_file_uri(path: str) -> str:
+    """The URI a result links a session file by."""
+    return SESSION_FILE_URI + urllib.parse.quote(path)
+
+
+def _media_type(path: str) -> str:
+    return mimetypes.guess_type(path)[0] or "application/octet-stream"
+
+
+async def read_session_file(
+    invocation: Invocation, uri: str, *, max_bytes: int
+) -> tuple[bytes, str]:
+    """The bytes and media type of a file in ``invocation``'s code session, by its URI.
+
+    Raises:
+        InvalidPath: not a session-file URI, or a path outside the session folder.
+        SessionClosed: the invocation has no open code session.
+        FileNotFoundError: no such file; FileTooLarge: larger than ``max_bytes``.
+    """
+    if not uri.startswith(SESSION_FILE_URI):
+        raise InvalidPath(f"not a session file URI: {uri[:200]!r}")
+    path = urllib.parse.unquote(uri[len(SESSION_FILE_URI) :])
+    slot = invocation.state.get(CODE_SESSION)
+    if not isinstance(slot, _Slot) or slot.session is None or slot.session.closed:
+        raise SessionClosed("this MCP session has no open code session")
+    return await slot.session.get_file(path, max_bytes), _media_type(path)
 
 
 class _Handler:
-    def __init__(self, engine: Engine, config: CodeInterpreterConfig) -> None:
+    def __init__(self, engine: Engine, config: CodeInterpreterConfig, embed_bytes: int) -> None:
         self._engine = engine
         self._config = config
+        self._embed_bytes = embed_bytes
 
     def _slot(self, invocation: Invocation) -> _Slot:
         slot = invocation.state.get(CODE_SESSION)
@@ -97,6 +170,7 @@ class _Handler:
                 details={"tool": CODE_SESSION},
             )
         code, summary = arguments.get("code", ""), arguments.get("summary", "")
+        ids = arguments.get("sourceIds", [])
         slot = self._slot(invocation)
         notes: list[str] = []
         if arguments.get("reset") and slot.session is not None:
@@ -117,7 +191,7 @@ class _Handler:
         if refusal is not None:
             result = self._refuse(*refusal, code, limits)
         else:
-            result = await self._run(invocation, slot, reporter, code, limits, notes)
+            result = await self._run(invocation, slot, reporter, code, ids, limits, notes)
         reporter.finished(result)
         facts = CallFacts(
             tool=CODE_SESSION,
@@ -130,13 +204,15 @@ class _Handler:
         rendered = render_execution(result, facts)
         if result.restarted:
             notes.append("The interpreter was restarted: variables are lost, files are kept.")
-        if not notes:
+        files = await self._file_blocks(slot, result, notes)
+        if not notes and not files:
             return rendered
         first = rendered.content[0]
         assert first["type"] == "text"
-        block = TextContent(type="text", text=first["text"] + "\n" + "\n".join(notes))
+        text = first["text"] + ("\n" + "\n".join(notes) if notes else "")
+        block = TextContent(type="text", text=text)
         return ToolResult(
-            content=(block, *rendered.content[1:]),
+            content=(block, *rendered.content[1:], *files),
             structured=rendered.structured,
             details=rendered.details,
             is_error=rendered.is_error,
@@ -148,12 +224,75 @@ class _Handler:
         evidence = self._engine.evidence(code, (), limits)
         return ExecutionResult(outcome=outcome, message=message, evidence=evidence)
 
+    async def _file_blocks(
+        self, slot: _Slot, result: ExecutionResult, notes: list[str]
+    ) -> list[ContentBlock]:
+        """The files the run created or changed: embedded when small, linked when not."""
+        session = slot.session
+        if session is None or session.closed or not result.files:
+            return []
+        blocks: list[ContentBlock] = []
+        for info in result.files[:_FILES_RETURNED]:
+            block = await self._file_block(session, result, info)
+            if block is not None:
+                blocks.append(block)
+        if len(result.files) > _FILES_RETURNED:
+            notes.append(f"{len(result.files) - _FILES_RETURNED} more changed files not returned.")
+        return blocks
+
+    async def _file_block(
+        self, session: Session, result: ExecutionResult, info: FileInfo
+    ) -> ContentBlock | None:
+        path = info.path.removeprefix(_SESSION_ROOT + "/").lstrip("/")
+        uri, media_type = session_file_uri(path), _media_type(path)
+        if info.size <= self._embed_bytes:
+            data = result.file_contents.get(info.path)
+            if data is None:
+                try:
+                    data = await session.get_file(path, self._embed_bytes)
+                except (OSError, CorralError):
+                    data = None  # gone or changed since the run: link it instead
+            if data is not None:
+                blob = BlobResource(
+                    uri=uri, mimeType=media_type, blob=base64.b64encode(data).decode("ascii")
+                )
+                return ResourceContent(type="resource", resource=blob)
+        name = posixpath.basename(path) or path
+        return ResourceLinkContent(
+            type="resource_link", uri=uri, name=name, mimeType=media_type, size=info.size
+        )
+
+    async def _copy_sources(
+        self, invocation: Invocation, session: Session, ids: object, notes: list[str]
+    ) -> str | None:
+        """Copy the named sources into the session folder; the refusal message, if any."""
+        if ids in (None, []):
+            return None
+        if not isinstance(ids, list | tuple):
+            return "sourceIds must be a list of ids"
+        try:
+            sources = invocation.sources.resolve(list(ids), max_sources=self._config.max_sources)
+        except SourceError as exc:
+            return str(exc)
+        for source in sources:
+            name = posixpath.basename(source.filename.replace("\\", "/")) or f"{source.id}.txt"
+            data = source.original if source.original is not None else source.text
+            try:
+                await session.put_file(name, data)
+            except SessionClosed:
+                raise
+            except (InvalidPath, FileTooLarge, OSError, CorralError) as exc:
+                return f"source {source.id} could not be copied into the session: {exc}"
+            notes.append(f"Source {source.id} is {_SESSION_ROOT}/{name}.")
+        return None
+
     async def _run(
         self,
         invocation: Invocation,
         slot: _Slot,
         reporter: ProgressReporter,
         code: str,
+        ids: object,
         limits: Limits,
         notes: list[str],
     ) -> ExecutionResult:
@@ -172,6 +311,10 @@ class _Handler:
                         return self._refuse(outcome, str(exc), code, limits)
                 session = slot.session
             try:
+                # Again on the second attempt: that one runs in a fresh session.
+                problem = await self._copy_sources(invocation, session, ids, notes)
+                if problem is not None:
+                    return self._refuse("unavailable_source", problem, code, limits)
                 return await session.run(
                     code,
                     limits=limits,
@@ -187,14 +330,22 @@ class _Handler:
 
 
 def code_session_tool(
-    engine: Engine, *, config: CodeInterpreterConfig = DEFAULT_CODE_INTERPRETER_CONFIG
+    engine: Engine,
+    *,
+    config: CodeInterpreterConfig = DEFAULT_CODE_INTERPRETER_CONFIG,
+    embed_file_bytes: int = DEFAULT_EMBED_FILE_BYTES,
 ) -> Tool:
-    """The ``code_session`` tool: one persistent interpreter per invocation, opened lazily."""
+    """The ``code_session`` tool: one persistent interpreter per invocation, opened lazily.
+
+    Args:
+        embed_file_bytes: generated files up to this size are embedded in the result; larger
+            ones are linked (:data:`SESSION_FILE_URI`) and read with :func:`read_session_file`.
+    """
     return Tool(
         name=CODE_SESSION,
         description=_description(config),
-        parameters=_PARAMETERS,
-        handler=_Handler(engine, config),
+        parameters=_parameters(config),
+        handler=_Handler(engine, config, embed_file_bytes),
         annotations=ToolAnnotations(
             title="Persistent Python session",
             read_only_hint=False,

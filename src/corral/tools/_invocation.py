@@ -35,7 +35,8 @@ class Invocation:
 
     Args:
         max_calls: code-running calls this run may make; each admitted call spends one,
-            whether it then succeeds, fails, waits in the queue or times out.
+            whether it then succeeds, fails, waits in the queue or times out. None sets no
+            cap (an MCP session, which lasts as long as its client).
         sources: the run's source inventory; a fresh, empty one by default.
         progress: receives every metadata-only progress event of this run's calls.
 
@@ -46,12 +47,14 @@ class Invocation:
     def __init__(
         self,
         *,
-        max_calls: int = DEFAULT_MAX_CALLS,
+        max_calls: int | None = DEFAULT_MAX_CALLS,
         sources: SourceRegistry | None = None,
         progress: ProgressSink | None = None,
     ) -> None:
-        if isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0:
-            raise ValueError(f"max_calls must be a non-negative integer, not {max_calls!r}")
+        if max_calls is not None and (
+            isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0
+        ):
+            raise ValueError(f"max_calls must be None or a non-negative integer, not {max_calls!r}")
         self.id = "inv_" + secrets.token_urlsafe(9)
         """A random label for logs; it grants nothing."""
         self.max_calls = max_calls
@@ -67,7 +70,8 @@ class Invocation:
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"<Invocation {self.id} calls {self._used}/{self.max_calls}>"
+        cap = "unlimited" if self.max_calls is None else self.max_calls
+        return f"<Invocation {self.id} calls {self._used}/{cap}>"
 
     @property
     def calls_used(self) -> int:
@@ -75,8 +79,10 @@ class Invocation:
         return self._used
 
     @property
-    def remaining(self) -> int:
-        """Calls this run may still make."""
+    def remaining(self) -> int | None:
+        """Calls this run may still make; None when there is no cap."""
+        if self.max_calls is None:
+            return None
         return max(0, self.max_calls - self._used)
 
     @property
@@ -92,7 +98,7 @@ class Invocation:
         Raises:
             QuotaExceeded: the quota is spent; nothing was spent by this attempt.
         """
-        if self._used >= self.max_calls:
+        if self.max_calls is not None and self._used >= self.max_calls:
             raise QuotaExceeded(f"this run has used all {self.max_calls} of its code-running calls")
         self._used += 1
         for listener in list(self._listeners):

@@ -58,8 +58,9 @@ class CallFacts:
     tool: str
     call: int
     """The call's number in its invocation; 0 when it was not admitted."""
-    remaining: int
-    max_calls: int
+    remaining: int | None
+    """Calls the invocation may still make; None when it has no cap."""
+    max_calls: int | None
     summary: str = ""
     code_chars: int = 0
     source_count: int = 0
@@ -128,7 +129,9 @@ def _model_text(
             f"files left in the worker (discarded with it): {listed}"
             + (f" and {more} more" if more > 0 else "")
         )
-    if facts.call:
+    if facts.call and facts.max_calls is not None:
+        # The budget lives here, not in the tool's description: a description that changed
+        # after every call would re-send the tool list and defeat prompt caching.
         notes.append(f"{facts.remaining} of {facts.max_calls} code calls left in this run")
     if notes:
         lines.append("--- notes ---\n" + "\n".join(f"- {n}" for n in notes))

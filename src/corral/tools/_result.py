@@ -7,7 +7,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict
 
-__all__ = ["ContentBlock", "ImageContent", "TextContent", "ToolErrorInfo", "ToolResult"]
+__all__ = [
+    "BlobResource",
+    "ContentBlock",
+    "ImageContent",
+    "ResourceContent",
+    "ResourceLinkContent",
+    "TextContent",
+    "ToolErrorInfo",
+    "ToolResult",
+]
 
 
 class TextContent(TypedDict):
@@ -25,7 +34,32 @@ class ImageContent(TypedDict):
     mimeType: str
 
 
-ContentBlock = TextContent | ImageContent
+class BlobResource(TypedDict):
+    """A resource's bytes, base64, with its URI and media type (MCP's blob contents)."""
+
+    uri: str
+    mimeType: str
+    blob: str
+
+
+class ResourceContent(TypedDict):
+    """A resource embedded in the result: a generated file small enough to carry inline."""
+
+    type: Literal["resource"]
+    resource: BlobResource
+
+
+class ResourceLinkContent(TypedDict):
+    """A link to a resource the client reads with ``resources/read`` (a larger file)."""
+
+    type: Literal["resource_link"]
+    uri: str
+    name: str
+    mimeType: str
+    size: int
+
+
+ContentBlock = TextContent | ImageContent | ResourceContent | ResourceLinkContent
 
 
 class ToolErrorInfo(TypedDict):
@@ -105,6 +139,11 @@ class ToolResult:
     def text(self) -> str:
         """The text blocks joined with newlines (images left out)."""
         return "\n".join(b["text"] for b in self.content if b["type"] == "text")
+
+    @property
+    def files(self) -> tuple[ResourceContent | ResourceLinkContent, ...]:
+        """The generated files the result carries or links to."""
+        return tuple(b for b in self.content if b["type"] in ("resource", "resource_link"))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON result object (mistral-tools spec §3.7); what ``corral tools call`` prints."""

@@ -24,10 +24,11 @@ SOURCE_ADD = "source_add"
 _PREVIEW_CHARS = 1_500  # enough for a header row and a few records, so the model can write code
 
 _DESCRIPTION = (
-    "Register a file (CSV/TSV, XLSX, JSON, plain text or Markdown) as a source of this run and "
-    "get back its source id. Give its content as text, or as base64 for binary files such as "
-    "XLSX (encoding='base64'). The file is converted to canonical text (every XLSX sheet as "
-    "CSV-like text; cell values, not formulas) and kept with its original bytes. Pass the "
+    "Register a file as a source of this run and get back its source id. Give its content as "
+    "text, or as base64 for binary files such as XLSX or parquet (encoding='base64'). CSV/TSV, "
+    "XLSX, JSON, plain text and Markdown are converted to canonical text (every XLSX sheet as "
+    "CSV-like text; cell values, not formulas); other files (parquet, images, PDFs) have an "
+    "empty text. Every source is kept with its original bytes. Pass the "
     "returned id in code_interpreter's sourceIds; the code reads it through input_files and "
     "input_assets. The result previews the start of the canonical text."
 )

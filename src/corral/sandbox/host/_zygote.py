@@ -63,7 +63,10 @@ class Zygote:
         preload: tuple[str, ...] = DEFAULT_PRELOAD,
         uids: UidRange = DEFAULT_UID_RANGE,
         static: dict[str, int] | None = None,
+        data_dir: str | None = None,
     ) -> None:
+        self._data_dir = data_dir
+        """A host folder session holders bind as their data dir instead of a tmpfs."""
         self._static = static or {
             "work_bytes": 128 << 20,
             "pids": 64,
@@ -98,6 +101,7 @@ class Zygote:
             "preload": list(self._preload),
             "uids": [self._uids.first, self._uids.count],
             "cache_dir": str(cache),
+            **({"data_dir": self._data_dir} if self._data_dir else {}),
         }
         try:
             # Its own session: a terminal's Ctrl-C is for the server, which stops the zygote.

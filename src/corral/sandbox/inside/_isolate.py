@@ -17,7 +17,7 @@ import resource
 from collections.abc import Mapping
 
 from corral.sandbox import _syscalls as sc
-from corral.sandbox.inside._rootfs import MASKS, PROC_MASKS
+from corral.sandbox.inside._rootfs import DATA_STAGE, DATA_TARGET, MASKS, PROC_MASKS
 
 __all__ = ["SANDBOX_ENV", "bound_run", "enter", "lock_down"]
 
@@ -75,6 +75,9 @@ def enter(
     if session_disk_bytes is None:
         # DIAL code writes to /mnt/data; in a one-shot run that is the same fresh /work.
         sc.mount(f"{root}/work", f"{root}/mnt/data", None, sc.MS_BIND)
+    elif os.path.isdir(f"{root}{DATA_STAGE}"):
+        # Container mode: the session's files are a host folder, kept across restarts.
+        cwd = _bind_data_folder(root)
     else:
         # The session's files outlive interpreter restarts: they live as long as the holder.
         sc.mount(
@@ -87,6 +90,9 @@ def enter(
         # E2B's clients know the same folder as the home of user ``user``.
         sc.mount(f"{root}/mnt/data", f"{root}/home/user", None, sc.MS_BIND)
         cwd = "/mnt/data"
+    if os.path.isdir(f"{root}{DATA_STAGE}"):
+        # Nothing but a session holder sees the host folder; the others get an empty cover.
+        sc.mount("none", f"{root}{DATA_STAGE}", "tmpfs", sc.MS_RDONLY | _NOSUID_NODEV, "size=4k")
     for stage, path in staged:
         # Runtime directories under /work or /tmp reappear inside the fresh file systems.
         os.makedirs(f"{root}{path}", exist_ok=True)
@@ -106,6 +112,17 @@ def enter(
     os.environ.update(SANDBOX_ENV)
     os.makedirs("/tmp/matplotlib", exist_ok=True)
     return cwd, inputs_fd
+
+
+def _bind_data_folder(root: str) -> str:
+    """Bind the template's data folder at ``/mnt/data`` and at its host path; the cwd."""
+    sc.mount(f"{root}{DATA_STAGE}", f"{root}/mnt/data", None, sc.MS_BIND)
+    with open(f"{root}{DATA_TARGET}") as named:
+        target = named.read().strip()
+    if not target:
+        return "/mnt/data"
+    sc.mount(f"{root}{DATA_STAGE}", f"{root}{target}", None, sc.MS_BIND)
+    return target
 
 
 def lock_down(*, seccomp_bpf: bytes, pids: int, file_bytes: int, open_files: int) -> None:

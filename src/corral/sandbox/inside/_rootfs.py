@@ -20,6 +20,8 @@ from pathlib import Path
 from corral.sandbox import _syscalls as sc
 
 __all__ = [
+    "DATA_STAGE",
+    "DATA_TARGET",
     "OVERLAID",
     "PROC_MASKS",
     "SANDBOX_GID",
@@ -33,6 +35,11 @@ __all__ = [
 
 _TEMPLATE_PARENTS = ("/run", "/mnt", "/media", "/srv", "/opt", "/var/tmp", "/tmp")
 STAGE = "/.corral-runtime"
+DATA_STAGE = "/.corral-data"
+"""Where a host data folder (container mode's ``MOUNT_FOLDER``) waits in the template; only
+session holders bind it, every other worker covers it with an empty file system."""
+DATA_TARGET = "/etc/corral-data-path"
+"""A template file naming the data folder's host path, where holders bind it a second time."""
 """Where runtime directories that live under a worker-owned mount point are staged."""
 OVERLAID = ("/work", "/tmp", "/inputs", "/mnt", "/proc", "/dev", "/etc")
 """Mount points each worker covers with its own file systems."""
@@ -125,14 +132,36 @@ def template_root(paths: Iterable[str]) -> str:
     raise OSError("no directory to build the sandbox root in (tried /run, /mnt, /tmp, ...)")
 
 
-def build_template(paths: Iterable[str]) -> tuple[str, list[tuple[str, str]]]:
+def _data_target(data_dir: str, paths: list[str]) -> str | None:
+    """The host path a data folder may also appear at inside, or None where it cannot."""
+    blocked = (*OVERLAID, *(f"/{d}" for d in _SYSTEM_DIRS), STAGE, DATA_STAGE)
+    if data_dir == "/mnt/data" or not data_dir.startswith("/") or data_dir == "/":
+        return None
+    if data_dir.startswith("/mnt/"):
+        return data_dir if not _under(data_dir, "/mnt/data") else None
+    if any(_under(data_dir, b) for b in blocked):
+        return None
+    if any(_under(data_dir, p) or _under(p, data_dir) for p in paths):
+        return None
+    return data_dir
+
+
+def build_template(
+    paths: Iterable[str], *, data_dir: str | None = None
+) -> tuple[str, list[tuple[str, str]]]:
     """Build the template root; call as root after unsharing the mount namespace.
+
+    Args:
+        data_dir: a host folder session holders bind read-write as their ``/mnt/data``
+            (and at its own path), instead of a tmpfs.
 
     Returns the template's path and the runtime directories staged because they live under
     a worker-owned mount point, as (staged path, path) pairs inside the sandbox.
     """
     paths = list(paths)
     template = template_root(paths)
+    # Held open: the template's own tmpfs may cover the folder's parent (/mnt) by path.
+    data_fd = None if data_dir is None else os.open(data_dir, os.O_PATH | os.O_DIRECTORY)
     sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
     base = os.path.dirname(template)
     sc.mount("corral", base, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "mode=0755,size=1m")
@@ -181,6 +210,18 @@ def build_template(paths: Iterable[str]) -> tuple[str, list[tuple[str, str]]]:
 
     for name in _MOUNT_POINTS:
         (root / name).mkdir(mode=0o755, parents=True, exist_ok=True)
+    if data_dir is not None and data_fd is not None:
+        # Read-write (the session's files), but never setuid or device files.
+        data_stage = root / DATA_STAGE.lstrip("/")
+        data_stage.mkdir(mode=0o755)
+        sc.mount(f"/proc/self/fd/{data_fd}", str(data_stage), None, sc.MS_BIND)
+        os.close(data_fd)
+        remount = sc.MS_REMOUNT | sc.MS_BIND | sc.MS_NOSUID | sc.MS_NODEV
+        sc.mount(None, str(data_stage), None, remount)
+        data_target = _data_target(os.path.realpath(data_dir), paths)
+        if data_target is not None:
+            (root / data_target.lstrip("/")).mkdir(mode=0o755, parents=True, exist_ok=True)
+        (root / DATA_TARGET.lstrip("/")).write_text(data_target or "")
     _build_masks(root / MASKS.lstrip("/"))
     sc.mount(None, template, None, sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID)
     return template, staged

@@ -277,7 +277,10 @@ def main() -> None:
         install_display(_runner.DISPLAY)
         bpf = build_policy_bpf()
         sc.unshare(0x00020000)
-        template, staged = build_template(runtime_paths())
+        data_dir = config.get("data_dir")
+        template, staged = build_template(
+            runtime_paths(), data_dir=str(data_dir) if data_dir else None
+        )
         layout = (enter_base(template), staged)
         first, count = int(config["uids"][0]), int(config["uids"][1])
         _drop_privileges(first)
