@@ -201,3 +201,23 @@ def test_no_route_answers_5xx(
     response = portal.call(send)
     busy = response.status_code == 503 and BUSY_TEXT in response.text
     assert response.status_code < 500 or busy, (method, url, options, response.text)
+
+
+_RAW_MISTAKES = [
+    # Python's JSON reader takes NaN and Infinity; FastAPI's 422 echoes the input back.
+    ("/v1/execute", '{"code": "1", "timeout": NaN}'),
+    ("/v1/execute", '{"code": "1", "timeout": -Infinity}'),
+    # An unknown session id is echoed in the 404: a lone surrogate there must not break it.
+    ("/v1/execute", '{"code": "1", "sessionId": "\\udcff"}'),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("route", "body"), _RAW_MISTAKES)
+async def test_echoed_mistakes_are_answered_not_500(
+    client: httpx.AsyncClient, route: str, body: str
+) -> None:
+    response = await client.post(route, content=body, headers={"Content-Type": "application/json"})
+    assert 400 <= response.status_code < 500, response.text
+    if response.headers["content-type"].startswith("application/json"):
+        json.loads(response.text)  # strict JSON still: no NaN, no lone surrogate

@@ -3,6 +3,7 @@ bounded, the process stays up, and what fails is one request, never the server."
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,46 @@ async def test_short_noisy_neighbour_soak(tmp_path: Path) -> None:
         await _settled(lambda: len(server.descendants()) <= baseline_processes)
         async with server.client(CAROL) as carol:
             assert (await carol.get("/health")).status_code == 200
+
+
+SPARSE_BYTES = 60 * 1024 * 1024  # within the run's file-size rlimit; costs the session no disk
+PARALLEL_DOWNLOADS = 6
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+async def test_parallel_downloads_of_a_sparse_file_keep_the_servers_memory_bounded(
+    tmp_path: Path,
+) -> None:
+    async with running_server(tmp_path) as server, server.client(ALICE) as alice:
+        session = await _open_session(alice)
+        made = await _execute(
+            alice, f"with open('sparse', 'wb') as f:\n    f.truncate({SPARSE_BYTES})\n", session
+        )
+        assert made["status"] == "SUCCESS", made
+        baseline = _rss_bytes(server.pid)
+        body = {"sessionId": session, "path": "sparse"}
+        with anyio.fail_after(120):
+            async with contextlib.AsyncExitStack() as stack:
+                streams = [
+                    await stack.enter_async_context(
+                        alice.stream("POST", f"{OPS}/download_file", json=body)
+                    )
+                    for _ in range(PARALLEL_DOWNLOADS)
+                ]
+                # Every download has started and none is read: a server that buffers whole
+                # files holds them all now.
+                held = _rss_bytes(server.pid) - baseline
+                assert all(s.status_code == 200 for s in streams)
+                assert held < SPARSE_BYTES, f"{held} bytes held for {len(streams)} downloads"
+                received = 0
+                async for chunk in streams[0].aiter_bytes():
+                    received += len(chunk)
+                assert received == SPARSE_BYTES
+        assert server.alive()

@@ -8,12 +8,15 @@ upload over the quota answers 507 and leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import AsyncIterator
 from urllib.parse import quote
 
+import anyio
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Message
 
@@ -23,6 +26,8 @@ from corral.errors import FileTooLarge, InvalidPath, SessionClosed, SessionDiskF
 
 __all__ = ["routes"]
 
+_CHUNK_BYTES = 64 * 1024  # bytes of a download read from its file at a time
+_OCTETS = "application/octet-stream"
 _MAX_PARTS = 64  # files in one multipart upload
 _UPLOAD_CHUNK = 1024 * 1024  # bytes read from a spooled multipart file at a time
 _FORM_OVERHEAD = 1024 * 1024  # bytes of multipart framing allowed beyond the disk quota
@@ -56,7 +61,8 @@ async def download(request: Request) -> Response:
     path = request.query_params.get("path")
     rel = _rel(path)
     try:
-        data = await sandbox.session.get_file(rel)
+        # Streamed from an open descriptor: never the whole file in the server's memory.
+        fd, size = await sandbox.session.open_file(rel)
     except FileNotFoundError:
         fail(404, f"path '{path}' does not exist or is not a file")
     except InvalidPath as exc:
@@ -64,11 +70,26 @@ async def download(request: Request) -> Response:
     except SessionClosed:
         fail(502, f"The sandbox {sandbox.id} was not found")
     name = rel.rpartition("/")[2]
-    return Response(
-        data,
-        media_type="application/octet-stream",
-        headers={"content-disposition": f"attachment; filename*=UTF-8''{_quote(name)}"},
-    )
+    headers = {
+        "content-length": str(size),
+        "content-disposition": f"attachment; filename*=UTF-8''{_quote(name)}",
+    }
+    return StreamingResponse(_chunks(fd, size), media_type=_OCTETS, headers=headers)
+
+
+async def _chunks(fd: int, size: int) -> AsyncIterator[bytes]:
+    """Exactly ``size`` bytes of ``fd``; closes it however the stream ends."""
+    try:
+        remaining = size
+        while remaining > 0:
+            chunk = await anyio.to_thread.run_sync(os.read, fd, min(_CHUNK_BYTES, remaining))
+            if not chunk:
+                raise OSError(f"file shrank by {remaining} bytes while being sent")
+            remaining -= len(chunk)
+            yield chunk
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _quote(name: str) -> str:

@@ -88,6 +88,14 @@ class SessionFiles:
         rel = _fs.validate_relpath(path)
         return await self._run(lambda: _fs.read_bytes(self._root, rel, max_bytes=max_bytes))
 
+    async def open(self, path: str) -> tuple[int, int]:
+        """An open descriptor of a regular file and its size then; the caller closes it.
+
+        Raises: InvalidPath; FileNotFoundError when there is no regular file there.
+        """
+        rel = _fs.validate_relpath(path)
+        return await self._run(lambda: _fs.open_file(self._root, rel))
+
     async def list(self, max_entries: int = _fs.DEFAULT_MAX_ENTRIES) -> _fs.Listing:
         """At most ``max_entries`` files, sorted; ``truncated`` when there were more."""
         return await self._run(lambda: _fs.list_files(self._root, max_entries=max_entries))

@@ -288,6 +288,13 @@ class Session:
         self.touch()
         return await self.files.get(path, max_bytes)
 
+    async def open_file(self, path: str) -> tuple[int, int]:
+        """``(fd, size)`` of a regular file, to stream it without holding it in memory; the
+        caller closes ``fd``."""
+        self._interpreter.check_open()
+        self.touch()
+        return await self.files.open(path)
+
     async def list_files(self, *, max_entries: int = DEFAULT_MAX_ENTRIES) -> Listing:
         """The session's regular files, sorted: at most ``max_entries``; ``truncated`` says
         whether there were more (or the walk met its bound first)."""

@@ -33,7 +33,7 @@ from corral.http._errors import BUSY_TEXT, MappedRoute, fail
 from corral.http._gateway import code_too_long
 from corral.http._multipart import MultipartReader, content_type_of
 from corral.http._paths import Resolved, bad_path, resolve
-from corral.http._responses import json_response
+from corral.http._responses import file_response, json_response
 from corral.http._sessions import listing_headers
 from corral.http._state import EngineAPI, SessionAPI, State, state_of
 from corral.http._transfers import stream_upload
@@ -157,11 +157,11 @@ async def download_file(body: PathRequest, request: Request) -> Response:
         fail(404, f"File not found: {source.relative}")
     session = await _session(state)
     try:
-        data = await session.get_file(source.relative)
+        fd, size = await session.open_file(source.relative)
     except (InvalidPath, FileNotFoundError):
         # A link (wherever it points), a folder, a FIFO or nothing: regular files only.
         fail(404, f"File not found: {source.relative}")
-    return Response(data, media_type="application/octet-stream")
+    return file_response(fd, size)
 
 
 @router.post("/list_files", response_model=DialFilesResponse, responses=_ERRORS)

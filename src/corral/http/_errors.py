@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import math
 from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn
 
@@ -149,7 +150,7 @@ def install_error_handlers(app: FastAPI, *, plain_text: bool) -> None:
     async def render(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         headers = dict(exc.headers or {})
-        detail: Any = exc.detail
+        detail: Any = _encodable(exc.detail)
         if isinstance(detail, dict):
             return JSONResponse(detail, exc.status_code, headers=headers)
         if plain_text:
@@ -165,13 +166,30 @@ async def _invalid_request(request: Request, exc: Exception) -> Response:
     holds bytes that are not UTF-8 or a lone surrogate."""
     assert isinstance(exc, RequestValidationError)
     errors = jsonable_encoder(
-        exc.errors(), custom_encoder={bytes: lambda raw: raw.decode("utf-8", "replace")}
+        exc.errors(),
+        custom_encoder={
+            bytes: lambda raw: raw.decode("utf-8", "replace"),
+            # JSON has no NaN or Infinity, which Python's reader accepts and the 422 echoes.
+            float: lambda value: value if math.isfinite(value) else repr(value),
+        },
     )
     try:
         return JSONResponse({"detail": errors}, 422)
     except UnicodeEncodeError:
         body = json.dumps({"detail": errors}, ensure_ascii=True, separators=(",", ":"))
         return Response(body, 422, media_type="application/json")
+
+
+def _encodable(detail: Any) -> Any:
+    """``detail`` with lone surrogates escaped: a message may echo a client's text (an unknown
+    session id) that JSON decoding let through but UTF-8 cannot encode."""
+    if isinstance(detail, str):
+        return detail.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(detail, dict):
+        return {_encodable(key): _encodable(value) for key, value in detail.items()}
+    if isinstance(detail, list):
+        return [_encodable(item) for item in detail]
+    return detail
 
 
 _TYPE_BY_STATUS = {
@@ -247,9 +265,8 @@ def _own_answer(exc: Exception) -> Response:
     kind = getattr(exc, "kind", None) or _TYPE_BY_STATUS.get(exc.status_code, "error")
     if exc.status_code == 503 and detail == UNAVAILABLE_TEXT:
         kind = "unavailable"
-    return json_response(
-        error_body(kind, str(detail), field), exc.status_code, headers=dict(exc.headers or {})
-    )
+    body = _encodable(error_body(kind, str(detail), field))
+    return json_response(body, exc.status_code, headers=dict(exc.headers or {}))
 
 
 class OwnRoute(APIRoute):

@@ -35,13 +35,13 @@ from corral.http._models import (
     parse_body,
 )
 from corral.http._multipart import MultipartReader
-from corral.http._responses import json_response
+from corral.http._responses import file_response, json_response
 from corral.http._sessions import listing_headers, not_found
 from corral.http._state import SessionAPI, State, caller_of, require_caller, state_of
 from corral.http._transfers import (
     check_file_path,
     check_output,
-    download_from_session,
+    open_in_session,
     prepare_input,
     resolve_upload_target,
     stream_upload,
@@ -153,10 +153,10 @@ async def download_file(request: Request) -> Response:
     path = check_file_path(body.path)
     session = state.registry.lookup(caller.owner, session_id)
     try:
-        _, data = await download_from_session(session, path)
+        fd, size = await open_in_session(session, path)
     except (SessionNotFound, SessionClosed):
         not_found(session_id)
-    return Response(data, media_type="application/octet-stream")
+    return file_response(fd, size)
 
 
 @router.post(

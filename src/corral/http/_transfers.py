@@ -26,6 +26,7 @@ __all__ = [
     "check_output",
     "download_from_session",
     "file_not_found",
+    "open_in_session",
     "prepare_input",
     "resolve_upload_target",
     "stream_upload",
@@ -132,6 +133,18 @@ async def download_from_session(session: SessionAPI, path: str) -> tuple[Resolve
         return source, await session.get_file(source.relative)
     except (InvalidPath, FileNotFoundError, IsADirectoryError, NotADirectoryError):
         # A link (inside or out), a folder or nothing: DIAL serves regular files only.
+        file_not_found(source.relative)
+
+
+async def open_in_session(session: SessionAPI, path: str) -> tuple[int, int]:
+    """``(fd, size)`` of a session file, to stream: a download never holds the file in memory
+    (a session may hold many sparse 64 MiB files, and clients may ask for them all at once)."""
+    source = resolve(path)
+    if source.is_root:
+        file_not_found(source.relative)
+    try:
+        return await session.open_file(source.relative)
+    except (InvalidPath, FileNotFoundError, IsADirectoryError, NotADirectoryError):
         file_not_found(source.relative)
 
 
