@@ -71,6 +71,7 @@ class Config:
     max_sessions_per_key: int = 32
     max_request_bytes: int = 16 * _MIB
     upload_max_size: int = 512 * _MIB
+    bucket_quota_bytes: int = 4 * 1024 * _MIB
     capacity: int | None = None
     queue_size: int = 256
     timeout: float = DEFAULT_LIMITS.timeout
@@ -96,6 +97,7 @@ class Config:
         if self.port is not None and not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0-65535, not {self.port}")
         for name in ("max_sessions_per_key", "max_request_bytes", "upload_max_size",
+                     "bucket_quota_bytes",
                      "queue_size", "session_disk_bytes", "download_chunk_size",
                      "timeout_keep_alive", "timeout", "session_idle_timeout",
                      "list_max_entries", "max_queued_per_key", "shutdown_grace"):  # fmt: skip
@@ -343,6 +345,8 @@ _FIELDS: dict[str, _Field] = {
         "Largest request body other than file uploads."),
     "upload_max_size": _Field("server", ("UPLOAD_MAX_SIZE",), _int, _INT,
         "Largest uploaded or transferred file (DIAL's `UPLOAD_MAX_SIZE`)."),
+    "bucket_quota_bytes": _Field("server", ("CORRAL_BUCKET_QUOTA_BYTES",), _int, _INT,
+        "Bytes one key's bucket of the files store may hold; a write past it answers 413."),
     "log_level": _Field("server", ("CORRAL_LOG_LEVEL", "LOG_LEVEL"), _text, _STR,
         "Logging level name."),
     "timeout_keep_alive": _Field("server", ("TIMEOUT_KEEP_ALIVE",), _int, _INT,

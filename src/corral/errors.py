@@ -8,7 +8,8 @@ What follows are infrastructure failures and caller mistakes that have no result
       + IsolationError    the host cannot build the sandbox (`corral doctor` says why)
       + WorkerError       WorkerCrashed · WorkerProtocolError · ZygoteUnavailable
       + EngineError       EngineClosed · SessionClosed · SessionExists · SessionNotFound · Busy
-                          · InvalidPath · SessionDiskFull · FileTooLarge · FileNotReturned
+                          · InvalidPath · SessionDiskFull · BucketFull · FileTooLarge
+                          · FileNotReturned
       + SourceError       SourceNotFound · UnsupportedSource · SourceTooLarge
       + ToolError         UnknownTool · ToolNameTaken · QuotaExceeded · InvalidToolInput
       + RemoteError       RemoteUnavailable > RemoteTimeout · RemoteStatusError > RemoteAuthError
@@ -18,6 +19,7 @@ What follows are infrastructure failures and caller mistakes that have no result
 from __future__ import annotations
 
 __all__ = [
+    "BucketFull",
     "Busy",
     "ConfigError",
     "CorralError",
@@ -120,6 +122,10 @@ class InvalidPath(EngineError):
 
 class SessionDiskFull(EngineError):
     """Writing this file would exceed the session's disk quota."""
+
+
+class BucketFull(EngineError):
+    """Storing this file would take a bucket of the files store past its quota."""
 
 
 class FileTooLarge(EngineError):

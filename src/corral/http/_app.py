@@ -47,7 +47,7 @@ def create_app(engine: EngineAPI, config: Config) -> FastAPI:
             raise ConfigError("gateway mode needs an API key: set CORRAL_API_KEYS=key:user")
         keyring = Keyring(config.api_keys, config.create_code_app_roles)
         _fs.make_private_dir(config.data_dir)
-        store = FileStore(config.data_dir / "files")
+        store = FileStore(config.data_dir / "files", bucket_quota=config.bucket_quota_bytes)
         registry = Registry(engine, config.max_sessions_per_key)
         state.gateway = Gateway(keyring=keyring, store=store, registry=registry)
         routers = (_gateway.router, _files_api.router, _own.router, _playground.router)

@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from corral.errors import (
+    BucketFull,
     Busy,
     CorralError,
     EngineClosed,
@@ -69,6 +70,7 @@ STATUS_BY_ERROR: dict[type[BaseException], int] = {
     InvalidPath: 400,
     FileTooLarge: 413,
     SessionDiskFull: 413,
+    BucketFull: 413,
     Busy: 503,
     EngineClosed: 503,
     ZygoteUnavailable: 503,  # no zygote to open a session from: the service, not the request
@@ -82,6 +84,7 @@ _TEXT_BY_ERROR: dict[type[BaseException], str] = {
     InvalidPath: "Bad path",
     FileTooLarge: "File too large",
     SessionDiskFull: "Session disk quota exceeded",
+    BucketFull: "Bucket quota exceeded",
     Busy: BUSY_TEXT,
     EngineClosed: UNAVAILABLE_TEXT,
     ZygoteUnavailable: UNAVAILABLE_TEXT,

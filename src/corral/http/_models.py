@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from fastapi import Request
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from corral.http._errors import describe_invalid, fail
 
@@ -48,11 +48,15 @@ class OutputFile(_Strict):
     targetUrl: str | None = None
 
 
+MAX_TRANSFERS = 256
+"""``inputFiles`` / ``outputFiles`` entries one request may list: each copies a whole file."""
+
+
 class ExecuteBody(_Strict):
     sessionId: str | None = None
     code: str | None = None
-    inputFiles: list[InputFile] | None = None
-    outputFiles: list[OutputFile] | None = None
+    inputFiles: list[InputFile] | None = Field(default=None, max_length=MAX_TRANSFERS)
+    outputFiles: list[OutputFile] | None = Field(default=None, max_length=MAX_TRANSFERS)
 
 
 class DownloadBody(_Strict):

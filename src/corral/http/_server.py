@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import resource
 import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -95,9 +97,42 @@ async def serve_async(
         IsolationError: this host cannot build the sandbox.
     """
     logging.basicConfig(level=config.log_level.upper())
+    logging.getLogger("asyncio").addFilter(_AcceptFailuresOncePer())
+    _more_descriptors()
     config.data_dir.mkdir(parents=True, exist_ok=True)
     with _stop_requests() as stopping:
         await _serve_engine(config, sockets, stop, stopping)
+
+
+_ACCEPT_FAILURE = "socket.accept() out of system resource"
+_ACCEPT_LOG_INTERVAL = 10.0  # seconds between two reports of a failing accept()
+
+
+class _AcceptFailuresOncePer(logging.Filter):
+    """asyncio logs every failed ``accept()`` while descriptors run out, which a flood of idle
+    connections turns into hundreds of megabytes of log a minute: one line per interval says
+    the same."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = -math.inf
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith(_ACCEPT_FAILURE):
+            return True
+        now = time.monotonic()
+        if now - self._last < _ACCEPT_LOG_INTERVAL:
+            return False
+        self._last = now
+        return True
+
+
+def _more_descriptors() -> None:
+    """Raise the soft descriptor limit to the hard one: every connection and worker costs
+    descriptors, and running out fails requests (never the process, but still)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 class _StopRequest:

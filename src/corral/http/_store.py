@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio.to_thread
 
 from corral import _fs
+from corral.errors import BucketFull, FileTooLarge
 
 __all__ = ["FileStore", "StoredFile"]
 
@@ -40,6 +41,7 @@ CREATE TABLE IF NOT EXISTS files (
 """
 _SELECT = """SELECT bucket, path, blob, size, content_type, etag, created_at, updated_at
 FROM files WHERE bucket = ? AND path = ?"""
+_USED = "SELECT COALESCE(SUM(size), 0) FROM files WHERE bucket = ? AND path != ?"
 _UPSERT = """INSERT OR REPLACE INTO files
 (bucket, path, blob, size, content_type, etag, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)"""
@@ -62,13 +64,17 @@ class StoredFile:
 class FileStore:
     """Files by ``(bucket, path)``; safe to share between requests and threads."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, bucket_quota: int | None = None) -> None:
         """Open (or create) the store in ``folder`` and drop blobs no row refers to.
+
+        ``bucket_quota`` bounds the bytes one bucket holds (None: unbounded): the host's disk
+        is shared by every key, so no key may fill it.
 
         The folder is 0700 and its files 0600: uploads are tenants' data (SQLite gives its
         -wal and -shm files the database's own mode).
         """
         self._blobs = folder / "blobs"
+        self._quota = bucket_quota
         _fs.make_private_dir(folder)
         _fs.make_private_dir(self._blobs)
         self._db = folder / "files.sqlite3"
@@ -119,10 +125,17 @@ class FileStore:
 
         Raises:
             FileTooLarge: more than ``max_bytes``; nothing changed.
+            BucketFull: the bucket's quota would be exceeded; nothing changed.
         """
+        room = None
+        if self._quota is not None:
+            room = self._quota - await anyio.to_thread.run_sync(self._used, bucket, path)
+            if room < 0:
+                raise BucketFull(f"bucket {bucket} is at its quota of {self._quota} bytes")
+        bound = max_bytes if room is None else room if max_bytes is None else min(max_bytes, room)
         blob = f"{secrets.token_hex(1)}/{secrets.token_hex(16)}"
         writer = await anyio.to_thread.run_sync(
-            lambda: _fs.AtomicWriter(self._blobs, blob, max_bytes=max_bytes, mode=0o600)
+            lambda: _fs.AtomicWriter(self._blobs, blob, max_bytes=bound, mode=0o600)
         )
         digest = hashlib.sha256()
         try:
@@ -135,6 +148,12 @@ class FileStore:
                     batch.clear()
             await anyio.to_thread.run_sync(writer.write, bytes(batch))
             size = await anyio.to_thread.run_sync(writer.commit)
+        except FileTooLarge:
+            if room is not None and (max_bytes is None or room < max_bytes):
+                raise BucketFull(
+                    f"bucket {bucket} would exceed its quota of {self._quota} bytes"
+                ) from None
+            raise
         finally:
             writer.abort()
         etag = digest.hexdigest()[:32]
@@ -150,12 +169,24 @@ class FileStore:
 
         return await self.put(bucket, path, one(), content_type)
 
+    def _used(self, bucket: str, path: str) -> int:
+        """Bytes the bucket holds besides the file at ``path`` (which a write replaces)."""
+        with self._connect() as db:
+            return int(db.execute(_USED, (bucket, path)).fetchone()[0])
+
     def _record(
         self, bucket: str, path: str, blob: str, size: int, content_type: str, etag: str
     ) -> StoredFile:
         now = int(time.time() * 1000)
         with self._connect() as db:
             db.execute("BEGIN IMMEDIATE")
+            # Checked again inside the transaction: writes to one bucket may race.
+            used = 0 if self._quota is None else db.execute(_USED, (bucket, path)).fetchone()[0]
+            if self._quota is not None and used + size > self._quota:
+                db.execute("ROLLBACK")
+                with contextlib.suppress(FileNotFoundError):
+                    _fs.delete(self._blobs, blob)
+                raise BucketFull(f"bucket {bucket} would exceed its quota of {self._quota} bytes")
             old = db.execute(
                 "SELECT blob, created_at FROM files WHERE bucket = ? AND path = ?", (bucket, path)
             ).fetchone()
