@@ -19,11 +19,14 @@ from tests.fake_sandbox import FakeIO, FakeReply, Handler, fake_sandbox
 pytestmark = pytest.mark.anyio
 
 LIMITS = Limits(timeout=30)
+# Real seconds the loop must be idle before virtual time jumps: session files are real file
+# I/O in worker threads, and a jump while a thread still works would expire a run's deadline.
+AUTOJUMP_AFTER = 0.01
 
 
 @pytest.fixture
 def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return "trio", {"clock": MockClock(autojump_threshold=0)}
+    return "trio", {"clock": MockClock(autojump_threshold=AUTOJUMP_AFTER)}
 
 
 async def _scripted(request: RunRequest, fake: FakeIO) -> FakeReply:
