@@ -54,7 +54,9 @@ def create_and_state() -> dict[str, Any]:
     with Sandbox.create() as sbx:
         first = sbx.run_code("x = 41\nprint('hello')")
         second = sbx.run_code("x + 1")
+        cwd = sbx.run_code("import os\nos.getcwd()")
         return {
+            "cwd": cwd.text,
             "id": sbx.sandbox_id,
             "stdout": "".join(first.logs.stdout),
             "stderr": "".join(first.logs.stderr),
@@ -268,8 +270,10 @@ def two_sandboxes() -> dict[str, Any]:
 def contexts() -> dict[str, Any]:
     with Sandbox.create() as sbx:
         sbx.run_code("where = 'default'")
-        context = sbx.create_code_context(cwd="/home/user")
+        sbx.files.make_dir("/home/user/sub")
+        context = sbx.create_code_context(cwd="/home/user/sub")
         in_context = sbx.run_code("where = 'context'\nwhere", context=context)
+        context_cwd = sbx.run_code("import os\nos.getcwd()", context=context).text
         in_default = sbx.run_code("where")
         back_in_context = sbx.run_code("where", context=context)
         listed = [c.id for c in sbx.list_code_contexts()]
@@ -279,6 +283,7 @@ def contexts() -> dict[str, Any]:
         gone = [c.id for c in sbx.list_code_contexts()]
         return {
             "in_context": in_context.text,
+            "context_cwd": context_cwd,
             "in_default": in_default.text,
             "back_in_context": back_in_context.text,
             "listed": context.id in listed,

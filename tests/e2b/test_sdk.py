@@ -36,6 +36,7 @@ def test_create_and_state_across_runs(sdk: dict[str, Any]) -> None:
     seen = ok(sdk, "create_and_state")
     assert len(seen["id"]) == 32  # 128 random bits, hex
     assert seen["stdout"] == "hello\n"
+    assert seen["cwd"] == "'/home/user'"  # E2B's home is the working directory of code
     assert seen["stderr"] == ""
     assert seen["text"] == "42"
     assert seen["count"] == 2
@@ -124,6 +125,7 @@ def test_two_sandboxes_share_nothing(sdk: dict[str, Any]) -> None:
 def test_contexts_are_separate_states(sdk: dict[str, Any]) -> None:
     seen = ok(sdk, "contexts")
     assert seen["in_context"] == "'context'"
+    assert seen["context_cwd"] == "'/home/user/sub'"  # a context's cwd applies
     assert seen["in_default"] == "'default'"
     assert seen["back_in_context"] == "'context'"
     assert seen["listed"] is True

@@ -149,7 +149,7 @@ class _Execution(Response):
                     emit(line)
 
             code = _magics.transform(self._code)
-            result = await session.run(code, cancel=cancel, on_output=on_output)
+            result = await session.run(code, cancel=cancel, on_output=on_output, cwd=context.cwd)
             if result.restarted:
                 sandbox.contexts.interpreter_restarted()
             context.executions += 1

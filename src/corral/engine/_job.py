@@ -144,6 +144,8 @@ class Job:
         self.stop_reason = ""
         """Why the run was stopped, when the engine (not the caller) stopped it."""
         self.feed: Feed = NO_FEED
+        self.cwd: str | None = None
+        """A session run's working directory inside the sandbox (None: the session folder)."""
         """stdin and working files for a fresh worker (sessions take none)."""
 
     def _ms(self, since: float | None = None) -> float:

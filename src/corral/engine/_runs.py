@@ -9,6 +9,7 @@ code executes, what must be held before a slot is taken, and what a stopped run 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import time
@@ -144,6 +145,7 @@ class Runs:
         tenant: str,
         feed: Feed = NO_FEED,
         queue_timeout: float | None = None,
+        cwd: str | None = None,
     ) -> ExecutionResult:
         """Run ``code`` on ``target`` within ``limits``; every per-call failure is a result.
 
@@ -164,6 +166,7 @@ class Runs:
             return self._refuse("invalid_input", problem, evidence, started)
         job = Job(started, limits, on_event, on_output, argv=argv)
         job.feed = feed
+        job.cwd = cwd
         budget = limits.timeout if queue_timeout is None else queue_timeout
         deadline = anyio.current_time() + budget
         result: ExecutionResult | None = None
@@ -213,6 +216,8 @@ class Runs:
             code, inputs, job.limits, anyio.current_effective_deadline(), job.argv
         )
         request = fed(request, job.feed.stdin, job.feed.files)
+        if job.cwd is not None:
+            request = dataclasses.replace(request, cwd=job.cwd)
         if inputs:
             files: list[tuple[str, bytes]] = []
             for item in inputs:

@@ -204,12 +204,15 @@ class Session:
         on_output: OutputListener | None = None,
         cancel: anyio.Event | None = None,
         tenant: str = "",
+        cwd: str | None = None,
     ) -> ExecutionResult:
         """Run ``code`` in this session's interpreter; state persists between runs.
 
         The result lists the files the run created or changed in the session's folder.
         ``on_output`` receives output while the code runs, as for ``Engine.run``; ``tenant``
-        names whose run this is, for fair scheduling (see ``Engine.run``).
+        names whose run this is, for fair scheduling (see ``Engine.run``). ``cwd`` is the
+        working directory inside the sandbox for this run (``/home/user`` names the session
+        folder too); None: ``/mnt/data``.
 
         Raises:
             SessionClosed: the session was closed or expired.
@@ -228,6 +231,7 @@ class Session:
                 on_output=on_output,
                 cancel=cancel,
                 tenant=tenant,
+                cwd=cwd,
             )
         finally:
             self.touch()

@@ -103,6 +103,9 @@ class RunRequest:
     inputs: tuple[InputSpec, ...] = ()
     argv: tuple[str, ...] | None = None
     """``sys.argv`` for the code; ``("-c",)`` when None."""
+    cwd: str | None = None
+    """A session run's working directory (``/home/user`` for E2B); the session folder when
+    None. The folder the run's files are reported from does not change."""
     stdin: bytes | None = None
     """A one-shot run's standard input, then EOF; None: EOF at once."""
     files: tuple[tuple[str, bytes], ...] = ()
@@ -255,6 +258,7 @@ def encode_message(message: WorkerMessage | RunRequest) -> bytes:
             "limits": {name: getattr(limits, name) for name in RunLimits.__slots__},
             "inputs": [[i.id, i.media_type, i.original, i.name] for i in message.inputs],
             "argv": None if message.argv is None else list(message.argv),
+            "cwd": message.cwd,
         }
         if message.stdin is not None:
             request["stdin"] = b64encode(message.stdin).decode("ascii")
@@ -290,6 +294,7 @@ def decode_request(payload: bytes) -> RunRequest:
             for i, m, o, n in raw["inputs"]
         ),
         argv=None if raw.get("argv") is None else tuple(str(a) for a in raw["argv"]),
+        cwd=None if raw.get("cwd") is None else str(raw["cwd"]),
         stdin=None if stdin is None else b64decode(stdin),
         files=tuple((str(p), b64decode(d)) for p, d in raw.get("files", ())),
     )

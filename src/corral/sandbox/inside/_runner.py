@@ -186,6 +186,9 @@ def _serve_one(request: RunRequest, namespace: dict[str, Any], cwd: str, session
     link_sources(request.inputs, cwd)
     filename = prepare_script(namespace, request.argv, cwd)
     before = snapshot(cwd) if session else None
+    if session and request.cwd:
+        with contextlib.suppress(OSError):  # a folder the code removed: stay in the session's
+            os.chdir(request.cwd)
     SENDER.reset(
         _write,
         max_items=limits.max_display,
