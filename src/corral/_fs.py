@@ -23,10 +23,12 @@ import secrets
 import shutil
 import stat as stat_module
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import PurePosixPath
 from types import TracebackType
 from typing import NamedTuple
+
+import anyio.to_thread
 
 from corral.errors import FileTooLarge, InvalidPath
 
@@ -771,3 +773,23 @@ def remove_tree(root: StrPath, rel: StrPath) -> None:
             os.unlink(path.name, dir_fd=dirfd)
     finally:
         os.close(dirfd)
+
+
+async def read_chunks(fd: int, size: int, chunk_size: int) -> AsyncIterator[bytes]:
+    """Exactly ``size`` bytes of ``fd``, read in a worker thread; closes ``fd`` however the
+    stream ends (for downloads that must not hold a whole file in memory).
+
+    Raises:
+        OSError: the file shrank while it was read (the client sees a short body).
+    """
+    try:
+        remaining = size
+        while remaining > 0:
+            chunk = await anyio.to_thread.run_sync(os.read, fd, min(chunk_size, remaining))
+            if not chunk:
+                raise OSError(f"file shrank by {remaining} bytes while being sent")
+            remaining -= len(chunk)
+            yield chunk
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)

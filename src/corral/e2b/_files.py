@@ -8,18 +8,16 @@ upload over the quota answers 507 and leaves nothing behind.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import AsyncIterator
 from urllib.parse import quote
 
-import anyio
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Message
 
+from corral import _fs
 from corral.e2b._paths import OutsideHome, e2b_path, session_path
 from corral.e2b._service import fail, json_response, service_of
 from corral.errors import FileTooLarge, InvalidPath, SessionClosed, SessionDiskFull
@@ -74,22 +72,9 @@ async def download(request: Request) -> Response:
         "content-length": str(size),
         "content-disposition": f"attachment; filename*=UTF-8''{_quote(name)}",
     }
-    return StreamingResponse(_chunks(fd, size), media_type=_OCTETS, headers=headers)
-
-
-async def _chunks(fd: int, size: int) -> AsyncIterator[bytes]:
-    """Exactly ``size`` bytes of ``fd``; closes it however the stream ends."""
-    try:
-        remaining = size
-        while remaining > 0:
-            chunk = await anyio.to_thread.run_sync(os.read, fd, min(_CHUNK_BYTES, remaining))
-            if not chunk:
-                raise OSError(f"file shrank by {remaining} bytes while being sent")
-            remaining -= len(chunk)
-            yield chunk
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+    return StreamingResponse(
+        _fs.read_chunks(fd, size, _CHUNK_BYTES), media_type=_OCTETS, headers=headers
+    )
 
 
 def _quote(name: str) -> str:
