@@ -7,19 +7,18 @@ E2B's API ignores them, except those that ask for what corral cannot give.
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from corral.e2b._sandboxes import MAX_TIMEOUT, Sandbox, TooManySandboxes
-from corral.e2b._service import ENVD_VERSION, fail, json_response, service_of
+from corral.e2b._service import ENVD_VERSION, fail, json_response, read_body, service_of
 
 __all__ = ["DEFAULT_TEMPLATES", "routes"]
 
@@ -32,8 +31,6 @@ _MAX_TEXT = 4096  # characters of one key or value
 _CLIENT_ID = "corral"
 _CPU_COUNT = 1
 _BODY_BYTES = 1024 * 1024
-
-M = TypeVar("M", bound=BaseModel)
 
 
 def _texts(value: dict[str, str], what: str) -> dict[str, str]:
@@ -66,26 +63,6 @@ class ConnectBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     timeout: int | None = Field(default=None, ge=0, le=MAX_TIMEOUT)
-
-
-async def _body(request: Request, model: type[M]) -> M:
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw.extend(chunk)
-        if len(raw) > _BODY_BYTES:
-            fail(413, "the request body is too large")
-    try:
-        return model.model_validate(json.loads(raw or b"{}"))
-    except (ValueError, ValidationError) as exc:
-        fail(400, f"invalid request body: {_first_problem(exc)}")
-
-
-def _first_problem(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"])
-        return f"{where}: {error['msg']}"
-    return "not JSON"
 
 
 def _time(epoch: float) -> str:
@@ -122,7 +99,7 @@ def _listed(sandbox: Sandbox) -> dict[str, Any]:
 async def create(request: Request) -> Response:
     service = service_of(request)
     owner = service.owner(request)
-    body = await _body(request, NewSandbox)
+    body = await read_body(request, NewSandbox, max_bytes=_BODY_BYTES)
     if body.templateID not in DEFAULT_TEMPLATES:
         fail(
             404,
@@ -165,14 +142,14 @@ async def kill(request: Request) -> Response:
 
 async def set_timeout(request: Request) -> Response:
     sandbox = await _owned(request)
-    body = await _body(request, Timeout)
+    body = await read_body(request, Timeout, max_bytes=_BODY_BYTES)
     sandbox.live_until(time.time() + body.timeout)
     return Response(status_code=204)
 
 
 async def connect(request: Request) -> Response:
     sandbox = await _owned(request)
-    body = await _body(request, ConnectBody)
+    body = await read_body(request, ConnectBody, max_bytes=_BODY_BYTES)
     if body.timeout is not None:
         # E2B's connect only ever extends a running sandbox's life.
         sandbox.live_until(max(sandbox.end_at, time.time() + body.timeout))

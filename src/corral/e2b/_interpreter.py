@@ -9,13 +9,11 @@ in the SDK, so they are accepted by the sandbox's unguessable id alone.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -24,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 from corral.e2b import _events, _magics
 from corral.e2b._contexts import Context
 from corral.e2b._sandboxes import Sandbox
-from corral.e2b._service import fail, json_response, service_of
+from corral.e2b._service import fail, json_response, read_body, service_of
 from corral.engine import OutputEvent
 
 __all__ = ["routes"]
@@ -50,18 +48,6 @@ class ContextBody(BaseModel):
     cwd: str | None = Field(default=None, max_length=_MAX_CWD)
 
 
-async def _json(request: Request, model: type[Any]) -> Any:
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw.extend(chunk)
-        if len(raw) > _BODY_BYTES:
-            fail(413, "the request body is too large")
-    try:
-        return model.model_validate(json.loads(raw or b"{}"))
-    except (ValueError, ValidationError):
-        fail(400, f"invalid request body for {request.url.path}")
-
-
 def _sandbox_id(request: Request) -> str:
     value = request.scope["corral.e2b.sandbox"]
     assert isinstance(value, str)
@@ -76,7 +62,7 @@ def _language(language: str | None) -> None:
 async def execute(request: Request) -> Response:
     service = service_of(request)
     sandbox = service.sandbox_for_envd(request, _sandbox_id(request))
-    body: ExecuteBody = await _json(request, ExecuteBody)
+    body: ExecuteBody = await read_body(request, ExecuteBody, max_bytes=_BODY_BYTES)
     if body.context_id is not None and body.language is not None:
         fail(400, "give context_id or language, not both")
     _language(body.language)
@@ -162,7 +148,7 @@ class _Execution(Response):
 
 async def create_context(request: Request) -> Response:
     sandbox = service_of(request).sandbox_by_id(_sandbox_id(request))
-    body: ContextBody = await _json(request, ContextBody)
+    body: ContextBody = await read_body(request, ContextBody, max_bytes=_BODY_BYTES)
     _language(body.language)
     if body.cwd is not None and not body.cwd.startswith("/"):
         fail(400, "cwd must be an absolute path")

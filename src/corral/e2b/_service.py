@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -18,6 +19,7 @@ __all__ = [
     "E2BError",
     "E2BService",
     "error_response",
+    "read_body",
     "service_of",
 ]
 
@@ -94,3 +96,28 @@ def service_of(request: Request) -> E2BService:
     service = request.scope[SCOPE_KEY]
     assert isinstance(service, E2BService)
     return service
+
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+async def read_body(request: Request, model: type[Body], *, max_bytes: int) -> Body:
+    """The JSON body as ``model`` (an empty body is ``{}``); 413 past ``max_bytes``, 400 naming
+    the first problem otherwise."""
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw.extend(chunk)
+        if len(raw) > max_bytes:
+            fail(413, "the request body is too large")
+    try:
+        return model.model_validate(json.loads(raw or b"{}"))
+    except (ValueError, ValidationError) as exc:
+        fail(400, f"invalid request body: {_first_problem(exc)}")
+
+
+def _first_problem(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        return f"{where}: {error['msg']}"
+    return "not JSON"
