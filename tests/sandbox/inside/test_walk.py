@@ -10,6 +10,7 @@ import pytest
 
 from corral.sandbox.inside import _walk
 from corral.sandbox.inside._walk import collect_files
+from tests.sandbox.inside.deep_trees import remove_deep
 
 DIR = "dddd"
 LEVELS = 1100  # past Python's recursion limit, and 5,500 characters deep: past PATH_MAX
@@ -56,31 +57,12 @@ def test_files_past_the_count_are_counted(tmp_path: Path) -> None:
     assert found.omitted == 3
 
 
-def _remove_deep(root: Path, levels: int) -> None:
-    # shutil.rmtree recurses: past ~1,000 levels it cannot remove what _deep built.
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    for _ in range(levels):
-        child = os.open(DIR, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-        os.close(fd)
-        fd = child
-    try:
-        for _ in range(levels):
-            for name in os.listdir(fd):
-                os.unlink(name, dir_fd=fd)
-            parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = parent
-            os.rmdir(DIR, dir_fd=fd)
-    finally:
-        os.close(fd)
-
-
 def test_a_tree_deeper_than_path_max_is_walked(tmp_path: Path) -> None:
     _deep(tmp_path, LEVELS)
     try:
         found = collect_files(str(tmp_path), max_files=10, max_bytes=100)
     finally:
-        _remove_deep(tmp_path, LEVELS)
+        remove_deep(tmp_path, DIR, LEVELS)
     assert [f.path for f in found.files] == [f"{DIR}/" * 10 + "ten.txt"]
     assert found.contents == [b"ten"]
 

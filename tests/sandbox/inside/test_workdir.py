@@ -10,6 +10,9 @@ from corral._limits import Limits
 from corral.engine import Engine, Input
 from corral.sandbox.inside import _workdir
 from corral.sandbox.inside._workdir import changed_paths, snapshot
+from tests.sandbox.inside.deep_trees import remove_deep
+
+_LEVELS = 1200  # deeper than the recursion limit
 
 pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
 
@@ -59,18 +62,21 @@ def test_input_names_are_plain_file_names() -> None:
 
 def test_snapshot_walks_deep_trees_without_recursion_and_spots_changes(tmp_path: Path) -> None:
     deep = tmp_path
-    for _ in range(1200):  # deeper than the recursion limit; mkdir(parents=True) recurses
+    for _ in range(_LEVELS):  # deeper than the recursion limit; mkdir(parents=True) recurses
         deep = deep / "d"
         deep.mkdir()
-    (deep / "leaf.txt").write_text("a")
-    (tmp_path / "top.txt").write_text("b")
-    before = snapshot(str(tmp_path))
-    assert sorted(before) == ["d" + "/d" * 1199 + "/leaf.txt", "top.txt"]
-    assert changed_paths(before, snapshot(str(tmp_path))) == []
-    (tmp_path / "top.txt").write_text("bb")
-    (tmp_path / "new.txt").write_text("c")
-    (deep / "leaf.txt").unlink()  # gone: not listed
-    assert changed_paths(before, snapshot(str(tmp_path))) == ["new.txt", "top.txt"]
+    try:
+        (deep / "leaf.txt").write_text("a")
+        (tmp_path / "top.txt").write_text("b")
+        before = snapshot(str(tmp_path))
+        assert sorted(before) == ["d" + "/d" * (_LEVELS - 1) + "/leaf.txt", "top.txt"]
+        assert changed_paths(before, snapshot(str(tmp_path))) == []
+        (tmp_path / "top.txt").write_text("bb")
+        (tmp_path / "new.txt").write_text("c")
+        (deep / "leaf.txt").unlink()  # gone: not listed
+        assert changed_paths(before, snapshot(str(tmp_path))) == ["new.txt", "top.txt"]
+    finally:
+        remove_deep(tmp_path, "d", _LEVELS)
 
 
 def test_snapshot_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
