@@ -6,6 +6,7 @@ its ExecutionResults.
 """
 
 from corral._public import publish as _publish
+from corral.engine._cases import Case
 from corral.engine._engine import Engine, EngineStatistics, SourceItem
 from corral.engine._inputs import Input, RunEvent, RunEventSink
 from corral.engine._result import (
@@ -22,6 +23,7 @@ from corral.engine._stream import OutputEvent, OutputListener
 from corral.engine._supply import stdlib_only
 
 __all__ = [
+    "Case",
     "Engine",
     "EngineStatistics",
     "ErrorInfo",
