@@ -146,34 +146,39 @@ def _snapshot() -> Baseline:
     return entries
 
 
-def _wipe(folder: str, device: int, baseline: Baseline) -> None:
+def _wipe(folder: str, device: int, baseline: Baseline) -> int:
+    """Remove from ``folder`` whatever is not in ``baseline``; the number of baseline entries
+    found there as they were (directories get their mode back)."""
+    found = 0
     with os.scandir(folder) as listing:
         entries = list(listing)
     for entry in entries:
         info = entry.stat(follow_symlinks=False)
-        if info.st_dev != device:
-            continue  # a mount point: the runtime's read-only binds
         kept = baseline.get(entry.path)
-        if stat.S_ISDIR(info.st_mode):
-            if kept is not None and stat.S_ISDIR(kept):
-                if info.st_mode != kept:
-                    os.chmod(entry.path, stat.S_IMODE(kept), follow_symlinks=False)
-                _wipe(entry.path, device, baseline)
-            else:
-                shutil.rmtree(entry.path)
+        if info.st_dev != device:  # a mount point (the runtime's read-only binds): never entered
+            found += kept == -1
+        elif stat.S_ISDIR(info.st_mode) and kept is not None and stat.S_ISDIR(kept):
+            if info.st_mode != kept:
+                os.chmod(entry.path, stat.S_IMODE(kept), follow_symlinks=False)
+            found += 1 + _wipe(entry.path, device, baseline)
+        elif stat.S_ISDIR(info.st_mode):
+            shutil.rmtree(entry.path)
         else:
             os.unlink(entry.path)
+    return found
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def _remove_sysv_ipc() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
     for kind, call in _SYSV:
         try:
-            with open(f"/proc/sysvipc/{kind}") as table:
+            with open(f"/proc/sysvipc/{kind}", "rb") as table:
                 rows = table.read().splitlines()[1:]
         except FileNotFoundError:
             continue
-        remove = getattr(libc, call)
+        remove = getattr(_LIBC, call)
         for row in rows:
             ident = int(row.split()[1])
             if kind == "sem":
@@ -187,12 +192,11 @@ def _remove_sysv_ipc() -> None:
 def _restore(baseline: Baseline) -> bool:
     """Put the writable folders back as they were; False if they could not be."""
     try:
-        for root in _ROOTS:
-            _wipe(root, os.lstat(root).st_dev, baseline)
+        found = sum(_wipe(root, os.lstat(root).st_dev, baseline) for root in _ROOTS)
         _remove_sysv_ipc()
-        return _snapshot() == baseline
     except (OSError, RecursionError, ValueError):
         return False
+    return found == len(baseline)
 
 
 def _kill_all() -> None:
