@@ -73,7 +73,9 @@ def _run(result: dict[str, Any]) -> tuple[str, str | None, int | None, str, str]
             run.get("stderr"))  # fmt: skip
 
 
-LEAKS = CASE_GUARD + """\
+LEAKS = (
+    CASE_GUARD
+    + """\
 import builtins, ctypes, subprocess, sys, time
 state = {
     'global': hasattr(builtins, 'planted'),
@@ -96,13 +98,14 @@ if os.fork() == 0:
     time.sleep(60)
     os._exit(0)
 """
+)
 
 
 async def test_no_case_sees_what_another_left(url: str) -> None:
     code = "import json\n" + LEAKS
     results = await batch(url, code, [{"stdin": str(i)} for i in range(6)])
-    clean = json.dumps(dict.fromkeys(
-        ("global", "module", "mnt", "shm", "sysv", "tmp", "work"), False), sort_keys=True)  # fmt: skip
+    names = ("global", "module", "mnt", "shm", "sysv", "tmp", "work")
+    clean = json.dumps(dict.fromkeys(names, False), sort_keys=True)
     for result in results:
         status, run_status, code_, stdout, stderr = _run(result)
         assert (status, run_status, code_) == ("Success", "Finished", 0), stderr
@@ -111,7 +114,8 @@ async def test_no_case_sees_what_another_left(url: str) -> None:
 
 async def test_each_case_gets_its_own_stdin_and_the_batch_files(url: str) -> None:
     code = "import sys\nprint(sys.stdin.read()[::-1], open('data.txt').read())"
-    cases = [{"stdin": f"case {i}", "expected_stdout": f"case {i}"[::-1] + " hello"} for i in range(12)]
+    stdins = [f"case {i}" for i in range(12)]
+    cases = [{"stdin": text, "expected_stdout": text[::-1] + " hello"} for text in stdins]
     cases[5] = {"expected_stdout": " hello"}  # no stdin: EOF at once
     files = {"data.txt": "aGVsbG8="}
     results = await batch(url, code, cases, files=files)
@@ -160,7 +164,9 @@ async def test_random_streams_differ_between_cases(url: str) -> None:
 
 
 async def test_memory_forks_and_loops_cost_only_their_own_case(url: str) -> None:
-    code = CASE_GUARD + """\
+    code = (
+        CASE_GUARD
+        + """\
 import sys, time
 what = sys.stdin.read()
 if what == 'memory':
@@ -183,6 +189,7 @@ elif what == 'loop':
         pass
 print('fine')
 """
+    )
     order = ["memory", "ok", "forks", "ok", "loop", "ok", "memory", "forks", "ok"]
     cases = [{"stdin": what, "run_timeout": 2 if what == "loop" else 10} for what in order]
     results = await batch(url, code, cases, memory_limit_MB=256)
@@ -202,7 +209,9 @@ print('fine')
 
 
 async def test_a_hostile_case_cannot_reach_its_case_server(url: str) -> None:
-    code = CASE_GUARD + """\
+    code = (
+        CASE_GUARD
+        + """\
 import ctypes, signal, sys
 if sys.stdin.read() == 'attack':
     libc = ctypes.CDLL(None, use_errno=True)
@@ -228,6 +237,7 @@ if sys.stdin.read() == 'attack':
 else:
     print('served')
 """
+    )
     cases = [{"stdin": "attack" if i % 3 == 0 else "", "expected_stdout": None} for i in range(9)]
     results = await batch(url, code, cases)
     for index, result in enumerate(results):
@@ -237,7 +247,7 @@ else:
             assert (status, stdout) == ("Success", CONFIRMED + "served\n")
             continue
         assert status == "Success", stderr
-        said = dict((what, rest) for what, *rest in ast.literal_eval(stdout.splitlines()[1]))
+        said = {what: rest for what, *rest in ast.literal_eval(stdout.splitlines()[1])}
         assert said["ptrace"] == [-1, errno.EPERM]
         assert said["vm_readv"] == [-1, errno.EPERM]
         for path in ("/proc/1/mem", "/proc/1/environ", "/proc/1/fd/3"):
