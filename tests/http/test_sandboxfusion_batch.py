@@ -67,7 +67,7 @@ async def batch(url: str, code: str, cases: list[dict[str, Any]], **fields: Any)
     return results
 
 
-def _run(result: dict[str, Any]) -> tuple[str, str | None, int | None, str, str]:
+def _run(result: dict[str, Any]) -> tuple[Any, ...]:
     run = result["run_result"] or {}
     return (result["status"], run.get("status"), run.get("return_code"), run.get("stdout"),
             run.get("stderr"))  # fmt: skip
