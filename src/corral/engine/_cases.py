@@ -33,8 +33,7 @@ from corral.engine._result import Evidence, ExecutionResult
 from corral.engine._runs import Runs, stop_message
 from corral.engine._supply import stdlib_only
 from corral.errors import EngineClosed, WorkerError
-from corral.sandbox import Worker
-from corral.sandbox.host._cases import CaseServer
+from corral.sandbox import CaseServer, Worker
 
 if TYPE_CHECKING:
     from corral.engine._engine import Engine

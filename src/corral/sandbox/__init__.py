@@ -24,6 +24,7 @@ from corral.sandbox._protocol import (
     Usage,
 )
 from corral.sandbox._syscalls import as_fs_owner
+from corral.sandbox.host._cases import CaseServer
 from corral.sandbox.host._command import Command
 from corral.sandbox.host._doctor import DoctorReport, Feature, doctor
 from corral.sandbox.host._holder import Holder
@@ -42,6 +43,7 @@ __all__ = [
     "DENIED_SYSCALLS",
     "MAX_REPORTED_PATH",
     "SECCOMP_POLICY",
+    "CaseServer",
     "Command",
     "DoctorReport",
     "Done",

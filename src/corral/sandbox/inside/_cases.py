@@ -128,9 +128,9 @@ def _preimport(code: str) -> None:
                 del sys.modules[added]
 
 
-def _snapshot() -> Baseline:
+def _snapshot(roots: tuple[str, ...] = _ROOTS) -> Baseline:
     entries: Baseline = {}
-    for root in _ROOTS:
+    for root in roots:
         device = os.lstat(root).st_dev
         folders = [root]
         while folders:
@@ -189,11 +189,12 @@ def _remove_sysv_ipc() -> None:
                 raise OSError(ctypes.get_errno(), f"{call} IPC_RMID")
 
 
-def _restore(baseline: Baseline) -> bool:
+def _restore(baseline: Baseline, roots: tuple[str, ...] = _ROOTS) -> bool:
     """Put the writable folders back as they were; False if they could not be."""
     try:
-        found = sum(_wipe(root, os.lstat(root).st_dev, baseline) for root in _ROOTS)
-        _remove_sysv_ipc()
+        found = sum(_wipe(root, os.lstat(root).st_dev, baseline) for root in roots)
+        if roots is _ROOTS:
+            _remove_sysv_ipc()
     except (OSError, RecursionError, ValueError):
         return False
     return found == len(baseline)
