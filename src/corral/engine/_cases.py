@@ -93,7 +93,7 @@ class _Lane:
             return job.stopped("worker_error", "the zygote restarted; try again", evidence)
         except (WorkerError, OSError) as exc:
             return job.stopped("worker_error", f"no worker could be started: {exc}", evidence)
-        server = CaseServer(worker)
+        server = CaseServer(worker, work_bytes=job.limits.work_bytes)
         try:
             await server.prepare(self._code)
         except BaseException as exc:
@@ -107,6 +107,8 @@ class _Lane:
         self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
     ) -> ExecutionResult:
         server = self._server
+        if server is not None and server.work_bytes != job.limits.work_bytes:
+            server.retire()  # its /work was sized when it was made
         if server is None or server.retired:
             opened = await self._open(job, evidence)
             if isinstance(opened, ExecutionResult):

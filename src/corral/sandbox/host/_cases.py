@@ -36,11 +36,12 @@ __all__ = ["CaseServer"]
 class CaseServer:
     """A fresh worker turned case server for one program; one case at a time."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, *, work_bytes: int) -> None:
         self.worker = worker
+        self.work_bytes = work_bytes
+        """The size of the worker's /work and /tmp, fixed when it was made."""
         self.retired = False
         """Set once the server may serve no further case (killed, or told us so)."""
-        self._case: Worker | None = None
 
     @property
     def pid(self) -> int:
@@ -55,7 +56,8 @@ class CaseServer:
         await self.worker._send(encode_case_message(CasesRequest(code)))
 
     async def start(self, seconds: float) -> Worker:
-        """Start a case; its handle, on which ``execute`` runs the case's request.
+        """Start a case; its handle, on which ``execute`` runs the case's request (the
+        caller closes it once ``stop`` has returned).
 
         The server kills the case on its own ``seconds`` (plus a margin) from now.
 
@@ -81,13 +83,13 @@ class CaseServer:
             )
         except BaseException:
             release(ours, out_r, err_r)
+            self.retire()  # half a frame may have gone: the stream is no longer usable
             raise
         finally:
             release(theirs, out_w, err_w)
-        self._case = Worker(
+        return Worker(
             self.pid, None, ours, out_r, err_r, outer_id=self.worker.outer_id, signaller=_ignore
         )
-        return self._case
 
     async def _send_with(self, frame: bytes, fds: list[int]) -> None:
         sock = self.worker._sock
@@ -107,10 +109,8 @@ class CaseServer:
         """End the current case: kill what is left of it, wait for the server to restore
         its folders. None when the server failed or missed ``grace`` seconds: it is then
         retired (killed). Shielded: a cancelled caller must still leave the server usable
-        or dead."""
-        case, self._case = self._case, None
-        if case is not None:
-            case.close()
+        or dead. The case's handle stays open: what its processes wrote before they died
+        is still in its pipes."""
         if self.retired:
             return None
         with anyio.CancelScope(shield=True):
@@ -135,9 +135,6 @@ class CaseServer:
     def retire(self) -> None:
         """Kill the server (and so every process of its namespace); idempotent."""
         self.retired = True
-        if self._case is not None:
-            self._case.close()
-            self._case = None
         self.worker.close()
 
 
