@@ -77,6 +77,7 @@ LEAKS = (
     CASE_GUARD
     + """\
 import builtins, ctypes, subprocess, sys, time
+librt = ctypes.CDLL('librt.so.1', use_errno=True)
 state = {
     'global': hasattr(builtins, 'planted'),
     'work': os.path.exists('planted.txt'),
@@ -85,6 +86,7 @@ state = {
     'shm': os.path.exists('/dev/shm/planted'),
     'sysv': len(open('/proc/sysvipc/shm').read().splitlines()) > 1,
     'module': hasattr(json, 'planted'),
+    'mqueue': librt.mq_open(b'/planted', 0o100, 0o600, None) >= 0,  # none can be made
 }
 print(json.dumps(state, sort_keys=True))
 builtins.planted = True
@@ -104,7 +106,7 @@ if os.fork() == 0:
 async def test_no_case_sees_what_another_left(url: str) -> None:
     code = "import json\n" + LEAKS
     results = await batch(url, code, [{"stdin": str(i)} for i in range(6)])
-    names = ("global", "module", "mnt", "shm", "sysv", "tmp", "work")
+    names = ("global", "module", "mnt", "mqueue", "shm", "sysv", "tmp", "work")
     clean = json.dumps(dict.fromkeys(names, False), sort_keys=True)
     for result in results:
         status, run_status, code_, stdout, stderr = _run(result)

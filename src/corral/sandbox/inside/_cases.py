@@ -37,9 +37,10 @@ entered), removes System V IPC objects, and answers ``CaseEnded``. Folders it ca
 exactly make it answer ``clean=False`` and exit: the engine then takes a new server.
 
 Not made fresh between cases (as they are not between two fresh workers either): the hash
-seed and anything else fixed before the zygote forked. POSIX message queues a case creates
-(``mq_open``) cannot be listed without mounting ``mqueue``, so they outlive their case
-within one case server.
+seed and anything else fixed before the zygote forked. A POSIX message queue could not be
+listed (that takes mounting ``mqueue``), so it could not be removed after its case: a case
+may create none (``RLIMIT_MSGQUEUE`` 0). What else differs from a fresh worker: the case is
+not pid 1 of its namespace (the server is), and the server counts against its ``pids``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import contextlib
 import ctypes
 import importlib
 import os
+import resource
 import selectors
 import shutil
 import signal
@@ -254,6 +256,9 @@ def _child(fds: list[int], run_case: RunCase, cell: Cell | None) -> None:
     os.closerange(_PROTOCOL_FD + 1, 1 << 20)  # the server's control socket among them
     sc.set_dumpable(True)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    # A POSIX message queue cannot be listed without mounting mqueue, so none could be
+    # removed after its case: a case may create none.
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
     run_case(cell)
 
 
