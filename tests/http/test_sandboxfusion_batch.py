@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import errno
 import json
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -145,7 +144,6 @@ async def test_a_case_answers_what_run_code_answers(url: str, code: str) -> None
     for answer in (single, case):
         if answer["run_result"]:
             answer["run_result"]["execution_time"] = 0
-        answer["message"] = re.sub(r"worker \d+", "worker N", answer["message"])
     assert case == single
 
 

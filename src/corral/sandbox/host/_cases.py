@@ -66,7 +66,7 @@ class CaseServer:
             OSError: no descriptors for the case (EMFILE and the like).
         """
         if self.retired:
-            raise WorkerCrashed(f"case server {self.pid} is retired")
+            raise WorkerCrashed("the case server is retired")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fds: list[int] = []
         try:
@@ -101,7 +101,7 @@ class CaseServer:
             except BlockingIOError:
                 await anyio.wait_writable(sock)
             except OSError as exc:
-                raise WorkerCrashed(f"case server {self.pid} stopped reading: {exc}") from exc
+                raise WorkerCrashed(f"the case server stopped reading: {exc}") from exc
         if sent < len(frame):
             await self.worker._send(frame[sent:])
 
@@ -129,7 +129,7 @@ class CaseServer:
         frames = self.worker._frames
         while (frame := frames.next(ready_bound)) is None:
             if not await self.worker._receive():
-                raise WorkerCrashed(f"case server {self.pid} exited")
+                raise WorkerCrashed("the case server exited")
         return decode_ended(frame[1])
 
     def retire(self) -> None:
