@@ -28,7 +28,7 @@ from corral.sandbox._case_protocol import (
     encode_case_message,
 )
 from corral.sandbox.host._reader import ready_bound
-from corral.sandbox.host._worker import Worker, release
+from corral.sandbox.host._worker import Worker
 
 __all__ = ["CaseServer"]
 
@@ -67,6 +67,7 @@ class CaseServer:
         """
         if self.retired:
             raise WorkerCrashed("the case server is retired")
+        # No task waits on any of these yet, so they are closed without notify_closing.
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fds: list[int] = []
         try:
@@ -75,18 +76,18 @@ class CaseServer:
             err_r, err_w = os.pipe2(os.O_CLOEXEC)
             fds += [err_r, err_w]
         except OSError:
-            release(ours, theirs, *fds)
+            _close(ours, theirs, *fds)
             raise
         try:
             await self._send_with(
                 encode_case_message(CaseStart(seconds)), [theirs.fileno(), out_w, err_w]
             )
         except BaseException:
-            release(ours, out_r, err_r)
+            _close(ours, out_r, err_r)
             self.retire()  # half a frame may have gone: the stream is no longer usable
             raise
         finally:
-            release(theirs, out_w, err_w)
+            _close(theirs, out_w, err_w)
         return Worker(
             self.pid, None, ours, out_r, err_r, outer_id=self.worker.outer_id, signaller=_ignore
         )
@@ -136,6 +137,14 @@ class CaseServer:
         """Kill the server (and so every process of its namespace); idempotent."""
         self.retired = True
         self.worker.close()
+
+
+def _close(*handles: socket.socket | int) -> None:
+    for handle in handles:
+        if isinstance(handle, socket.socket):
+            handle.close()
+        else:
+            os.close(handle)
 
 
 def _ignore(_signum: int) -> None:
