@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+
+import anyio
 import pytest
 
 from corral._limits import Limits
@@ -61,3 +64,31 @@ async def test_invalid_code_is_refused_per_case(engine: Engine) -> None:
 async def test_a_closed_engine_refuses_a_batch() -> None:
     with pytest.raises(EngineClosed):
         await Engine().run_cases("print(1)", [Case()])
+
+
+async def test_a_cancelled_batch_stops_its_cases_and_servers(engine: Engine) -> None:
+    lean = engine._zygote_handles()["lean"]
+    assert lean.pid is not None
+    before = _children(lean.pid)
+    with anyio.move_on_after(1.5):
+        await engine.run_cases("while True: pass", [Case()] * 4, limits=Limits(timeout=30))
+    assert engine.statistics().running == 0
+    with anyio.fail_after(10):
+        while _children(lean.pid) > before:  # noqa: ASYNC110 - no event for a reaped process
+            await anyio.sleep(0.05)
+    [after] = await engine.run_cases("print('fine')", [Case()])
+    assert after.stdout == "fine\n"
+
+
+def _children(pid: int) -> int:
+    """Live children of ``pid`` (ready workers and case servers of that zygote)."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            count += fields[1] == str(pid) and fields[0] != "Z"
+    return count
