@@ -40,7 +40,10 @@ Not made fresh between cases (as they are not between two fresh workers either):
 seed and anything else fixed before the zygote forked. A POSIX message queue could not be
 listed (that takes mounting ``mqueue``), so it could not be removed after its case: a case
 may create none (``RLIMIT_MSGQUEUE`` 0). What else differs from a fresh worker: the case is
-not pid 1 of its namespace (the server is), and the server counts against its ``pids``.
+not pid 1 of its namespace (the server is), the server counts against its ``pids``, and the
+network namespace is the server's: sockets die with their processes, but a TCP connection a
+case closed may linger in TIME_WAIT, so a later case binding that very port needs
+``SO_REUSEADDR``, as on any host.
 """
 
 from __future__ import annotations
