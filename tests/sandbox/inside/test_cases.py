@@ -88,12 +88,6 @@ def test_restore_fails_when_a_folder_cannot_be_restored(tmp_path: Path) -> None:
     (root / "kept").rmdir()
     assert not _cases._restore(baseline, roots)  # a kept folder is gone
     (root / "kept").mkdir()
-    locked = root / "locked"
-    (locked / "inner").mkdir(parents=True)
-    locked.chmod(0)
-    try:
-        if os.geteuid() == 0:
-            pytest.skip("root ignores the mode that makes this folder unremovable")
-        assert not _cases._restore(baseline, roots)
-    finally:
-        locked.chmod(0o700)
+    assert _cases._restore(baseline, roots)
+    # (A folder the case made unremovable, chmod 0, is tested in the sandbox, where the
+    # server is not root: tests/http/test_sandboxfusion_batch.py.)
