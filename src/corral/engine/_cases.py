@@ -5,7 +5,11 @@ compiled the program once and imported what it imports, ``corral.sandbox.inside.
 runs its share of the cases one after another, each through the engine's one run path
 (``Runs.run``): validation, evidence, its own deadline, the fair scheduler's slot, the bounded
 reader, the result. A slot is taken per case, so other callers keep their turn between two
-cases of a batch, and a case that times out holds its lane for its own timeout only.
+cases of a batch, and a case that times out holds its lane for its own timeout only. A batch
+starts with one lane and opens another whenever one of its cases gets a slot while another
+stands free with nobody waiting: alone, a batch uses every worker; among many, each keeps to
+one lane, and so to one case server (making one costs a fresh worker and the program's
+preparation, a few cases' worth of CPU).
 
 Each case's deadline is the engine's, as for any run: when it passes, the lane stops the case
 (the server kills its processes and restores the folders) and the case is ``timeout``. A case
@@ -27,7 +31,7 @@ import anyio
 
 from corral._limits import Limits
 from corral.engine._feed import Feed
-from corral.engine._inputs import Input
+from corral.engine._inputs import Input, RunEvent
 from corral.engine._job import Job
 from corral.engine._result import Evidence, ExecutionResult
 from corral.engine._runs import Runs, stop_message
@@ -174,13 +178,30 @@ async def run_cases(
     runs.check_open()
     results: list[ExecutionResult | None] = [None] * len(cases)
     order: Iterator[int] = iter(range(len(cases)))
+    taken = 0
+    lanes = 0
+    most = max(1, min(engine.capacity, len(cases)))
     busy: list[ExecutionResult] = []
     closed: list[EngineClosed] = []
 
+    def grow(event: RunEvent) -> None:
+        """When a case gets its slot and another slot stands free with nobody waiting for it,
+        open one more lane: a lone batch comes to use every worker, while one among many
+        keeps to one lane (one case server, not one per worker)."""
+        nonlocal lanes
+        if event.phase != "started" or lanes >= most or taken >= len(cases):
+            return
+        stats = runs.scheduler.statistics()
+        if not stats.queued and stats.running < stats.capacity:
+            lanes += 1
+            tg.start_soon(lane)
+
     async def lane() -> None:
+        nonlocal taken
         target = _Lane(engine, code)
         try:
             for index in order:
+                taken += 1
                 if busy or closed:
                     return
                 case = cases[index]
@@ -191,7 +212,7 @@ async def run_cases(
                         inputs=(),
                         limits=case.limits or limits,
                         argv=None,
-                        on_event=None,
+                        on_event=grow,
                         on_output=None,
                         cancel=None,
                         tenant=tenant,
@@ -208,8 +229,8 @@ async def run_cases(
             target.close()
 
     async with anyio.create_task_group() as tg:
-        for _ in range(max(1, min(engine.capacity, len(cases)))):
-            tg.start_soon(lane)
+        lanes = 1
+        tg.start_soon(lane)
     if closed:
         raise closed[0]
     return [result if result is not None else busy[0] for result in results]
