@@ -224,6 +224,63 @@ def run_code_timeout() -> dict[str, Any]:
 
 
 @scenario
+def interrupt_keeps_state() -> dict[str, Any]:
+    """As E2B's Jupyter kernel: a timed-out run is interrupted; the variables stay."""
+    with Sandbox.create() as sbx:
+        sbx.run_code("x = 41")
+        raised = None
+        try:
+            sbx.run_code("while True:\n    pass", timeout=1)
+        except Exception as exc:  # noqa: BLE001
+            raised = type(exc).__name__
+        return {"raised": raised, "after": sbx.run_code("x + 1").text}
+
+
+@scenario
+def disconnect_keeps_state() -> dict[str, Any]:
+    """The client dropping the connection mid-run interrupts it the same way."""
+    with Sandbox.create() as sbx:
+        sbx.run_code("x = 41")
+        headers = {
+            "E2b-Sandbox-Id": sbx.sandbox_id,
+            "E2b-Sandbox-Port": "49999",
+            "X-Access-Token": sbx._envd_access_token or "",
+        }
+        code = "print('spinning', flush=True)\nwhile True:\n    pass"
+        seen = []
+        with httpx.stream(
+            "POST", f"{BASE}/execute", json={"code": code}, headers=headers, timeout=WAIT_S
+        ) as reply:
+            for line in reply.iter_lines():
+                seen.append(json.loads(line).get("type"))
+                if "spinning" in line:
+                    break  # leaving the block closes the connection
+        return {"seen": seen, "after": sbx.run_code("x + 1").text}
+
+
+@scenario
+def interrupt_ignored_restarts() -> dict[str, Any]:
+    """Code that ignores SIGINT cannot hold the sandbox: it is restarted, state lost."""
+    with Sandbox.create() as sbx:
+        sbx.run_code("x = 41")
+        raised = None
+        try:
+            sbx.run_code(
+                "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                "while True:\n    pass",
+                timeout=1,
+            )
+        except Exception as exc:  # noqa: BLE001
+            raised = type(exc).__name__
+        lost = sbx.run_code("x")
+        return {
+            "raised": raised,
+            "lost": lost.error.name if lost.error else lost.text,
+            "works": sbx.run_code("6 * 7").text,
+        }
+
+
+@scenario
 def kill() -> dict[str, Any]:
     sbx = Sandbox.create()
     sandbox_id = sbx.sandbox_id

@@ -104,6 +104,21 @@ def test_run_code_timeout_ends_the_run(sdk: dict[str, Any]) -> None:
     assert seen["ticks"] < 600  # the closed connection interrupted the loop
 
 
+def test_a_timeout_interrupts_and_keeps_the_variables(sdk: dict[str, Any]) -> None:
+    assert ok(sdk, "interrupt_keeps_state") == {"raised": "TimeoutException", "after": "42"}
+
+
+def test_a_dropped_connection_interrupts_and_keeps_the_variables(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "disconnect_keeps_state")
+    assert seen["seen"] == ["stdout"]
+    assert seen["after"] == "42"
+
+
+def test_code_ignoring_the_interrupt_is_restarted(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "interrupt_ignored_restarts")
+    assert seen == {"raised": "TimeoutException", "lost": "NameError", "works": "42"}
+
+
 def test_kill_and_kill_by_id_on_a_killed_sandbox(sdk: dict[str, Any]) -> None:
     assert ok(sdk, "kill") == {"killed": True, "killed_again": False, "running": False}
 
