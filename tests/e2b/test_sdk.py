@@ -97,6 +97,25 @@ def test_commands_run_in_the_sandbox(sdk: dict[str, Any]) -> None:
     assert seen["code_sees_env"] == "'hi'"
 
 
+def test_commands_outlive_their_stream(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "detached_commands")
+    assert seen["first"] == "started\n"
+    assert seen["listed_detached"] is True  # disconnect() left it running
+    # Connect attaches from now on: what it printed while detached is not replayed (envd).
+    assert seen["stdout"] == "got:hello\ndone\n"
+    assert seen["exit_code"] == 0
+    assert seen["listed_after"] is False
+    assert seen["reconnect_ended"] == "NotFoundException"
+    assert (seen["killed"], seen["gone"]) == (True, True)
+    assert (seen["timed_end"], seen["timed_gone"]) == (-1, True)  # its Start's timeout
+    if seen["streamed"] is not None:
+        assert seen["streamed"] == "xy\n"  # StreamInput, in order
+
+
+def test_commands_end_with_their_sandbox(sdk: dict[str, Any]) -> None:
+    assert ok(sdk, "commands_end_with_their_sandbox") == {"running": True, "gone": True}
+
+
 def test_run_code_timeout_ends_the_run(sdk: dict[str, Any]) -> None:
     seen = ok(sdk, "run_code_timeout")
     assert seen["raised"] == "TimeoutException"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import secrets
 import time
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from corral.sandbox import Command
 
 __all__ = ["INTERRUPT_GRACE", "Session", "SessionManager"]
+
+logger = logging.getLogger("corral.engine")
 
 INTERRUPT_GRACE = 1.0
 """Seconds a stopped run's code has to come back from its interrupt (run its finally blocks,
@@ -211,6 +214,7 @@ class Session:
         self._data_fd = holder.open_data_dir()
         self.files = SessionFiles(self._data_fd, holder.outer_id, holder.outer_id, disk_bytes)
         self._on_close = on_close
+        self._background: set[anyio.CancelScope] = set()
 
     async def __aenter__(self) -> Session:
         return self
@@ -342,6 +346,31 @@ class Session:
             argv, env, cwd, memory_bytes=self.limits.memory_bytes, cpu_seconds=cpu_seconds
         )
 
+    def background(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work`` in the engine, beyond the call that starts it (the output pump of a
+        command that outlives its client); it is cancelled when the session closes. Its
+        failure is logged, never raised into the engine.
+
+        Raises:
+            SessionClosed: the session was closed or expired.
+            EngineClosed: the engine is not running.
+        """
+        self._interpreter.check_open()
+        task_group = self._runs.background()
+        scope = anyio.CancelScope()
+        self._background.add(scope)
+
+        async def guarded() -> None:
+            try:
+                with scope:
+                    await work()
+            except Exception:
+                logger.exception("background work of session %s failed", self.id)
+            finally:
+                self._background.discard(scope)
+
+        task_group.start_soon(guarded)
+
     async def put_file(self, path: str, data: bytes | AsyncIterable[bytes]) -> FileInfo:
         self._interpreter.check_open()
         self.touch()
@@ -375,6 +404,8 @@ class Session:
         """Stop the interpreter and the holder; the session's files are deleted. Idempotent."""
         if self.closed:
             return
+        for scope in list(self._background):
+            scope.cancel()
         await self._interpreter.close()
         with contextlib.suppress(OSError):
             os.close(self._data_fd)
