@@ -101,6 +101,8 @@ class Process:
 
     async def _pump(self, stream: str) -> None:
         while chunk := await self.command.read(stream):
+            if not self._attached:
+                continue  # nobody to hand it to: dropped unencoded
             event = {"event": {"data": {stream: base64.b64encode(chunk).decode()}}}
             for sender in list(self._attached):
                 try:
