@@ -34,7 +34,7 @@ from corral.e2b._connect import (
     unary,
 )
 from corral.e2b._contexts import HOME
-from corral.e2b._processes import Event, Process
+from corral.e2b._processes import Event, Process, TooManyAttached
 from corral.e2b._sandboxes import MAX_TIMEOUT, Sandbox
 from corral.e2b._service import service_of
 from corral.errors import CorralError, SessionClosed, WorkerError
@@ -96,9 +96,12 @@ async def connect(request: Request) -> Response:
     sandbox = await _sandbox(request)
     try:
         process = _running(sandbox, await read_message(request))
+        events = process.attach()
     except ConnectError as exc:
         return exc.response()
-    return ConnectStream(_attached(process, process.attach()), deadline_of(request))
+    except TooManyAttached as exc:
+        return ConnectError("resource_exhausted", str(exc)).response()
+    return ConnectStream(_attached(process, events), deadline_of(request))
 
 
 def _attached(
@@ -153,7 +156,8 @@ async def _start(
     try:
         sandbox.session.background(lambda: process.follow(lifetime, ended))
     except CorralError:
-        command.close()
+        events.close()
+        process.release()
         raise ConnectError("unavailable", f"The sandbox {sandbox.id} was not found") from None
     sandbox.commands[command.pid] = process
     return process, events

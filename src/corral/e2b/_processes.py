@@ -30,10 +30,17 @@ if TYPE_CHECKING:
     # Only its type: commands are started through the engine's Session.start_command.
     from corral.sandbox import Command
 
-__all__ = ["ATTACHED_CHUNKS", "Event", "Process"]
+__all__ = ["ATTACHED_CHUNKS", "MAX_ATTACHED", "Event", "Process", "TooManyAttached"]
 
 ATTACHED_CHUNKS = 16
 """Output chunks (64 KiB each at most) that may wait for one attached stream."""
+MAX_ATTACHED = 8
+"""Streams attached to one process at once; ``Connect`` past it is refused."""
+
+
+class TooManyAttached(Exception):
+    """The process already has ``MAX_ATTACHED`` streams attached."""
+
 
 Event = dict[str, Any]
 """One ``ProcessEvent`` message, as proto-JSON."""
@@ -66,7 +73,13 @@ class Process:
 
     def attach(self) -> MemoryObjectReceiveStream[Event]:
         """A stream of this process's output from now on; it ends when the process does
-        (``end`` is then set) or when the process stops being followed."""
+        (``end`` is then set) or when the process stops being followed.
+
+        Raises:
+            TooManyAttached: ``MAX_ATTACHED`` streams are attached already.
+        """
+        if len(self._attached) >= MAX_ATTACHED:
+            raise TooManyAttached(f"{MAX_ATTACHED} streams are attached to process {self.pid}")
         sender, receiver = anyio.create_memory_object_stream[Event](ATTACHED_CHUNKS)
         if self._finished:
             sender.close()
@@ -88,12 +101,16 @@ class Process:
                     self.end = end_event(await self.command.wait())
                 timer.cancel_scope.cancel()
         finally:
-            self._finished = True
-            for sender in self._attached:
-                sender.close()
-            self._attached.clear()
-            self.command.close()
+            self.release()
             ended(self)
+
+    def release(self) -> None:
+        """End every attached stream and kill the process, if it still runs; idempotent."""
+        self._finished = True
+        for sender in self._attached:
+            sender.close()
+        self._attached.clear()
+        self.command.close()
 
     async def _kill_after(self, seconds: float) -> None:
         await anyio.sleep(seconds)
