@@ -333,12 +333,18 @@ def interrupt_keeps_state() -> dict[str, Any]:
     """As E2B's Jupyter kernel: a timed-out run is interrupted; the variables stay."""
     with Sandbox.create() as sbx:
         sbx.run_code("x = 41")
+        context = sbx.create_code_context()
+        sbx.run_code("y = 'other context'", context=context)
         raised = None
         try:
             sbx.run_code("while True:\n    pass", timeout=1)
         except Exception as exc:  # noqa: BLE001
             raised = type(exc).__name__
-        return {"raised": raised, "after": sbx.run_code("x + 1").text}
+        return {
+            "raised": raised,
+            "after": sbx.run_code("x + 1").text,
+            "context_after": sbx.run_code("y", context=context).text,
+        }
 
 
 @scenario

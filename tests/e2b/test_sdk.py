@@ -124,7 +124,11 @@ def test_run_code_timeout_ends_the_run(sdk: dict[str, Any]) -> None:
 
 
 def test_a_timeout_interrupts_and_keeps_the_variables(sdk: dict[str, Any]) -> None:
-    assert ok(sdk, "interrupt_keeps_state") == {"raised": "TimeoutException", "after": "42"}
+    assert ok(sdk, "interrupt_keeps_state") == {
+        "raised": "TimeoutException",
+        "after": "42",
+        "context_after": "'other context'",  # every context's state stays too
+    }
 
 
 def test_a_dropped_connection_interrupts_and_keeps_the_variables(sdk: dict[str, Any]) -> None:
