@@ -275,6 +275,21 @@ def detached_commands() -> dict[str, Any]:
         }
 
 
+@scenario
+def stdin_nobody_reads() -> dict[str, Any]:
+    """Input a command never reads fills its pipe: the call ends at its deadline, and the
+    sandbox goes on (the command can still be killed, others started)."""
+    with Sandbox.create() as sbx:
+        deaf = sbx.commands.run("sleep 600", background=True, stdin=True, timeout=0)
+        try:
+            sbx.commands.send_stdin(deaf.pid, "x" * (256 << 10), request_timeout=1)
+            sent: Any = "sent"
+        except Exception as exc:  # noqa: BLE001
+            sent = type(exc).__name__
+        killed = sbx.commands.kill(deaf.pid)
+        return {"sent": sent, "killed": killed, "after": sbx.commands.run("echo ok").stdout}
+
+
 def _host_pid(marker: str) -> int | None:
     """The host pid of the sandboxed ``sleep MARKER``, seen from outside the sandbox."""
     for entry in os.listdir("/proc"):

@@ -112,6 +112,11 @@ def test_commands_outlive_their_stream(sdk: dict[str, Any]) -> None:
         assert seen["streamed"] == "xy\n"  # StreamInput, in order
 
 
+def test_stdin_nobody_reads_ends_at_its_deadline(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "stdin_nobody_reads")
+    assert seen == {"sent": "TimeoutException", "killed": True, "after": "ok\n"}
+
+
 def test_commands_end_with_their_sandbox(sdk: dict[str, Any]) -> None:
     assert ok(sdk, "commands_end_with_their_sandbox") == {"running": True, "gone": True}
 

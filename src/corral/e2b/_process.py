@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import math
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -218,19 +220,37 @@ async def stream_input(request: Request) -> Response:
     sandbox = await _sandbox(request)
     process: Process | None = None
     try:
-        async for message in read_stream(request):
+        with _bounded(request):
+            async for message in read_stream(request):
+                if process is None:
+                    start = message.get("start")
+                    if not isinstance(start, dict):
+                        raise ConnectError("invalid_argument", "the stream must begin with start")
+                    process = _running(sandbox, start)
+                elif isinstance(data := message.get("data"), dict):
+                    await _write_stdin(process, _stdin_of(data.get("input")))
             if process is None:
-                start = message.get("start")
-                if not isinstance(start, dict):
-                    raise ConnectError("invalid_argument", "the stream must begin with start")
-                process = _running(sandbox, start)
-            elif isinstance(data := message.get("data"), dict):
-                await _write_stdin(process, _stdin_of(data.get("input")))
-        if process is None:
-            raise ConnectError("invalid_argument", "the stream must begin with start")
+                raise ConnectError("invalid_argument", "the stream must begin with start")
     except ConnectError as exc:
         return stream_answer(None, exc)
+    except ClientDisconnect:
+        return stream_answer(None, ConnectError("canceled", "the client went away"))
     return stream_answer({})
+
+
+@contextlib.contextmanager
+def _bounded(request: Request) -> Iterator[None]:
+    """The request's ``Connect-Timeout-Ms`` around a call that may wait on a process (its
+    stdin full): past it, ``deadline_exceeded``.
+
+    Raises:
+        ConnectError: the deadline passed.
+    """
+    seconds = deadline_of(request)
+    with anyio.move_on_after(math.inf if seconds is None else seconds) as scope:
+        yield
+    if scope.cancelled_caught:
+        raise ConnectError("deadline_exceeded", "the deadline passed")
 
 
 async def _write_stdin(process: Process, data: bytes) -> None:
@@ -266,9 +286,11 @@ async def dispatch(request: Request) -> Response:
     if handler is None:
         return ConnectError("unimplemented", f"process.Process/{method} is not served").response()
     try:
-        return unary(await handler(sandbox, await read_message(request)))
+        with _bounded(request):
+            answer = await handler(sandbox, await read_message(request))
     except ConnectError as exc:
         return exc.response()
+    return unary(answer)
 
 
 routes = [Route("/process.Process/{method}", dispatch, methods=["POST"])]
