@@ -189,7 +189,7 @@ class Holder:
         try:
             self._ctl.send(json.dumps({"t": "interrupt", "n": number}).encode())
         except OSError as exc:
-            raise WorkerCrashed(f"session holder {self.pid} is gone: {exc}") from exc
+            raise WorkerCrashed(f"the session holder is gone: {exc}") from exc
         while True:
             message = await self._next()
             if message.get("t") == "interrupted" and message.get("n") == number:

@@ -241,7 +241,7 @@ class Worker:
             WorkerProtocolError: no request was in flight, or the rest broke the protocol.
         """
         if self._pending is None:
-            raise WorkerProtocolError(f"worker {self.pid} has no request in flight")
+            raise WorkerProtocolError("the worker has no request in flight")
         return await self._pumping(self._collect, stdout, stderr)
 
     async def _pumping(
