@@ -51,6 +51,7 @@ logger = logging.getLogger("corral.engine")
 INTERRUPT_GRACE = 1.0
 """Seconds a stopped run's code has to come back from its interrupt (run its finally blocks,
 report) before its interpreter is killed and restarted."""
+_RESTART_GRACE = 0.5  # seconds for code to run its finally blocks before a restart kills it
 _CLOSE_GRACE = 5.0  # seconds for a run in progress to notice its session was killed
 _EXPIRY_TICK = 5.0  # seconds between idle-session sweeps
 
@@ -105,7 +106,7 @@ class _Interpreter:
         if not keep_state:
             # Interrupt it so its finally blocks run, then replace the interpreter.
             worker.interrupt()
-            with anyio.move_on_after(INTERRUPT_GRACE):
+            with anyio.move_on_after(_RESTART_GRACE):
                 await worker.wait_readable()
         job.drain(worker)
         await self.discard()
