@@ -179,7 +179,7 @@ def _interruptible(code: str, namespace: dict[str, Any], filename: str) -> CellO
         output.error = {"type": "KeyboardInterrupt", "message": "", "traceback": ""}
         return output
     finally:
-        _interrupt.disarm()
+        _interrupt.install()  # disarmed, and no handler of the code's runs between requests
 
 
 def _serve_one(request: RunRequest, namespace: dict[str, Any], cwd: str, session: bool) -> None:
@@ -291,13 +291,16 @@ def serve(
         open_files=static["open_files"],
     )
     if session:
-        _interrupt.install()
+        _interrupt.install(PROTOCOL_FD)
     _send_ready(inputs_fd)
     if inputs_fd is not None:
         os.close(inputs_fd)
     while True:
         try:
-            request = decode_request(read_frame_sync(PROTOCOL_FD, _MAX_REQUEST))
+            frame = read_frame_sync(PROTOCOL_FD, _MAX_REQUEST)
+            if session:
+                _interrupt.begin()
+            request = decode_request(frame)
         except EOFError:
             return
         _serve_one(request, namespace, cwd, session)
