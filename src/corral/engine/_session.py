@@ -48,7 +48,7 @@ __all__ = ["INTERRUPT_GRACE", "Session", "SessionManager"]
 
 logger = logging.getLogger("corral.engine")
 
-INTERRUPT_GRACE = 1.0
+INTERRUPT_GRACE = 2.0
 """Seconds a stopped run's code has to come back from its interrupt (run its finally blocks,
 report) before its interpreter is killed and restarted."""
 _RESTART_GRACE = 0.5  # seconds for code to run its finally blocks before a restart kills it
