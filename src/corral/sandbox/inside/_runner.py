@@ -40,7 +40,7 @@ from corral.sandbox._protocol import (
     read_frame_sync,
     write_frames_sync,
 )
-from corral.sandbox.inside import _cases, _feed, _isolate
+from corral.sandbox.inside import _cases, _feed, _interrupt, _isolate
 from corral.sandbox.inside._cell import (
     Cell,
     CellOutput,
@@ -178,6 +178,20 @@ def _write(*frames: bytes) -> None:
         write_frames_sync(PROTOCOL_FD, *frames)
 
 
+def _interruptible(code: str, namespace: dict[str, Any], filename: str) -> CellOutput:
+    """A session's cell, which the engine may interrupt (``_interrupt``)."""
+    try:
+        _interrupt.arm()
+        return execute_cell(code, namespace, DISPLAY, _on_error, filename)
+    except KeyboardInterrupt:
+        # It landed after the cell caught everything else (rendering figures, returning).
+        output = CellOutput()
+        output.error = {"type": "KeyboardInterrupt", "message": "", "traceback": ""}
+        return output
+    finally:
+        _interrupt.install()  # disarmed, and no handler of the code's runs between requests
+
+
 def _serve_one(
     request: RunRequest,
     namespace: dict[str, Any],
@@ -211,7 +225,10 @@ def _serve_one(
         ceiling=limits.output_chars,
     )
     _write(_STARTED)
-    output = execute_cell(request.code, namespace, DISPLAY, _on_error, filename, cell)
+    if session:
+        output = _interruptible(request.code, namespace, filename)
+    else:
+        output = execute_cell(request.code, namespace, DISPLAY, _on_error, filename, cell)
     _flush()
     frames = _report(limits, output, cwd, session, before)
     with _WRITE:
@@ -289,19 +306,23 @@ def serve(
         file_bytes=static["file_bytes"],
         open_files=static["open_files"],
     )
+    if session:
+        _interrupt.install(PROTOCOL_FD)
     _send_ready(inputs_fd)
     if inputs_fd is not None:
         os.close(inputs_fd)
     while True:
         try:
-            payload = read_frame_sync(PROTOCOL_FD, _MAX_REQUEST)
+            frame = read_frame_sync(PROTOCOL_FD, _MAX_REQUEST)
+            if session:
+                _interrupt.begin()
         except EOFError:
             return
-        batch = None if session else decode_cases_request(payload)
+        batch = None if session else decode_cases_request(frame)
         if batch is not None:
             _cases.serve_cases(batch, functools.partial(_run_case, batch.code, namespace, cwd))
             return
-        _serve_one(decode_request(payload), namespace, cwd, session)
+        _serve_one(decode_request(frame), namespace, cwd, session)
         if not session:
             return
 
