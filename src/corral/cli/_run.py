@@ -40,6 +40,8 @@ def _read_code(args: argparse.Namespace) -> str:
 
 
 def _inputs(paths: list[str]) -> tuple[list[Input], dict[str, str]]:
+    if not paths:
+        return [], {}  # ingestion's readers (openpyxl, numpy) cost more than most runs
     from corral.sources import SourceRegistry
 
     registry = SourceRegistry()
