@@ -9,6 +9,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -160,10 +161,11 @@ def run_command(args: argparse.Namespace) -> int:
     lean = stdlib_only(code)
 
     async def once() -> ExecutionResult:
-        engine = (
-            Engine(capacity=1, pool_size=1, limits=limits, lean=False, preload=())
-            if lean
-            else Engine(capacity=1, pool_size=1, limits=limits, lean=False)
+        # Nothing for a second run: the probe's worker serves this one, no spare is made, and
+        # the zygote warms nothing up for workers that will never exist.
+        preload: dict[str, Any] = {"preload": ()} if lean else {}
+        engine = Engine(
+            capacity=1, pool_size=0, prewarm=False, lean=False, limits=limits, **preload
         )
         async with engine:
             # Live output for a person at a terminal; --json prints one document at the end.

@@ -15,6 +15,7 @@ import os
 import stat
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -23,7 +24,7 @@ from corral._limits import Limits
 from corral._uids import UidRange
 from corral.engine._supervisor import Backoff
 from corral.errors import ConfigError, IsolationError, WorkerError
-from corral.sandbox import WarmPool, Zygote, doctor
+from corral.sandbox import WarmPool, Worker, Zygote, doctor
 
 __all__ = ["WorkerSupply", "stdlib_only"]
 
@@ -56,20 +57,23 @@ def stdlib_only(code: str) -> bool:
     return True
 
 
-async def _probe(zygote: Zygote) -> None:
+async def _probe(zygote: Zygote) -> Worker:
     """Refuse to start unless one worker can be built: a host without user namespaces (say)
-    must fail here, with a reason, rather than time out every run later."""
+    must fail here, with a reason, rather than time out every run later. The worker is the
+    pool's first."""
     try:
         worker = await zygote.spawn()
         try:
             await worker.wait_ready()
-        finally:
+        except BaseException:
             worker.close()
+            raise
     except WorkerError as exc:
         await zygote.aclose()
         raise IsolationError(
             f"cannot start an isolated worker ({exc}); `corral doctor` shows what is missing"
         ) from exc
+    return worker
 
 
 def prepare_data_dir(path: str) -> None:
@@ -121,8 +125,11 @@ class WorkerSupply:
         pool_size: int,
         uids: UidRange,
         session_data_dir: str | None = None,
+        *,
+        prewarm: bool = True,
     ) -> None:
         self.preload = tuple(preload)
+        self._prewarm = prewarm
         self._uids = uids
         self._session_data_dir = session_data_dir
         self._limits = limits
@@ -147,20 +154,16 @@ class WorkerSupply:
             "file_bytes": limits.file_bytes,
             "open_files": limits.open_files,
         }
-        # The option only when set: a stand-in zygote (tests' fake sandbox) need not know it.
-        zygote = (
-            Zygote(preload=self.preload, uids=self._uids, static=static)
-            if self._session_data_dir is None
-            else Zygote(
-                preload=self.preload,
-                uids=self._uids,
-                static=static,
-                data_dir=self._session_data_dir,
-            )
-        )
+        # Options only when set: a stand-in zygote (tests' fake sandbox) need not know them.
+        options: dict[str, Any] = {}
+        if self._session_data_dir is not None:
+            options["data_dir"] = self._session_data_dir
+        if not self._prewarm:
+            options["prewarm"] = False
+        zygote = Zygote(preload=self.preload, uids=self._uids, static=static, **options)
         try:
             await zygote.start(task_group)
-            await _probe(zygote)
+            probe = await _probe(zygote)
         except IsolationError as exc:
             await zygote.aclose()
             problems = "; ".join((await anyio.to_thread.run_sync(doctor)).problems)
@@ -171,7 +174,7 @@ class WorkerSupply:
             with anyio.CancelScope(shield=True):
                 await zygote.aclose()
             raise
-        pool = WarmPool(zygote, self._pool_size)
+        pool = WarmPool(zygote, self._pool_size, ready=probe)
         pool.set_running(self._running)
         await pool.run(task_group)
         self.zygote, self.pool = zygote, pool

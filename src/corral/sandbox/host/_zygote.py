@@ -64,7 +64,11 @@ class Zygote:
         uids: UidRange = DEFAULT_UID_RANGE,
         static: dict[str, int] | None = None,
         data_dir: str | None = None,
+        prewarm: bool = True,
     ) -> None:
+        self._prewarm = prewarm
+        """False for a zygote that serves one run: it imports IPython on first use and
+        skips the warm-up that many workers share."""
         self._data_dir = data_dir
         """A host folder session holders bind as their data dir instead of a tmpfs."""
         self._static = static or {
@@ -102,6 +106,7 @@ class Zygote:
             "uids": [self._uids.first, self._uids.count],
             "cache_dir": str(cache),
             **({"data_dir": self._data_dir} if self._data_dir else {}),
+            **({} if self._prewarm else {"prewarm": False}),
         }
         try:
             # Its own session: a terminal's Ctrl-C is for the server, which stops the zygote.

@@ -274,7 +274,10 @@ def main() -> None:
         from corral.sandbox.inside._rootfs import build_template, enter_base, runtime_paths
         from corral.sandbox.inside._seccomp import build_policy_bpf
 
-        install_display(_runner.DISPLAY)
+        # A zygote that serves one run (the CLI's) loads no more than that run needs: IPython
+        # on first use, no warm-up, whose pages only pay off when many workers share them.
+        prewarm = bool(config.get("prewarm", True))
+        install_display(_runner.DISPLAY, load_now=prewarm)
         bpf = build_policy_bpf()
         sc.unshare(0x00020000)
         data_dir = config.get("data_dir")
@@ -289,7 +292,8 @@ def main() -> None:
         _send(ctl, {"t": "failed", "error": f"{type(exc).__name__}: {exc}"})
         os._exit(1)
 
-    _runner.warm_up_zygote()
+    if prewarm:
+        _runner.warm_up_zygote()
     gc.collect()
     gc.freeze()  # keep the collector from dirtying every inherited page in each worker
     read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
