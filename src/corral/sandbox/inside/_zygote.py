@@ -272,13 +272,13 @@ def main() -> None:
         from corral.sandbox.inside import _runner
         from corral.sandbox.inside._cell import install_display
         from corral.sandbox.inside._rootfs import build_template, enter_base, runtime_paths
-        from corral.sandbox.inside._seccomp import build_policy_bpf
+        from corral.sandbox.inside._seccomp_cache import load_policy_bpf
 
         # A zygote that serves one run (the CLI's) loads no more than that run needs: IPython
         # on first use, no warm-up, whose pages only pay off when many workers share them.
         prewarm = bool(config.get("prewarm", True))
         install_display(_runner.DISPLAY, load_now=prewarm)
-        bpf = build_policy_bpf()
+        bpf = load_policy_bpf(cache)
         sc.unshare(0x00020000)
         data_dir = config.get("data_dir")
         template, staged = build_template(
