@@ -9,15 +9,19 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
 
-from corral import _fs
 from corral._config import Config
+from corral._uids import DEFAULT_UID_RANGE, UidRange
 from corral.cli._main import EXIT_INVALID, EXIT_OK, EXIT_OTHER, EXIT_PYTHON_ERROR
-from corral.engine import Engine, ExecutionResult, Input, OutputEvent, stdlib_only
+from corral.engine import stdlib_only
 from corral.errors import CorralError, SourceError
+from corral.sandbox import DEFAULT_PRELOAD, prelaunched
+
+if TYPE_CHECKING:
+    from corral.engine import ExecutionResult, Input, OutputEvent
 
 __all__ = ["run_command"]
 
@@ -65,6 +69,8 @@ def _save_outputs(result: ExecutionResult, out_dir: Path) -> list[str]:
     File names come from the sandbox, so they are written through the confined helpers: a
     name that would leave ``out_dir`` or pass a link there is skipped, never followed.
     """
+    from corral import _fs
+
     notes: list[str] = []
     out_dir.mkdir(parents=True, exist_ok=True)
     for info in result.files:
@@ -158,21 +164,32 @@ def run_command(args: argparse.Namespace) -> int:
 
     # One run, one zygote: code that imports only the standard library needs none of the
     # preloaded packages (whose import is most of an engine's start), other code no lean one.
-    lean = stdlib_only(code)
+    preload = () if stdlib_only(code) else DEFAULT_PRELOAD
+    uids = UidRange(*config.uid_range) if config.uid_range else DEFAULT_UID_RANGE
 
     async def once() -> ExecutionResult:
-        # Nothing for a second run: the probe's worker serves this one, no spare is made, and
-        # the zygote warms nothing up for workers that will never exist.
-        preload: dict[str, Any] = {"preload": ()} if lean else {}
-        engine = Engine(
-            capacity=1, pool_size=0, prewarm=False, lean=False, limits=limits, **preload
-        )
-        async with engine:
-            # Live output for a person at a terminal; --json prints one document at the end.
-            listener = None if args.json else _print_live
-            return await engine.run(
-                code, inputs=inputs, limits=limits, argv=_argv(args), on_output=listener
+        # The zygote starts first, on another CPU, while this process imports the engine;
+        # the engine adopts it (the full zygote's share of the uids, as Engine splits them).
+        async with prelaunched(preload=preload, uids=uids.split()[0], prewarm=False):
+            from corral.engine import Engine
+
+            # Nothing for a second run: the probe's worker serves this one, no spare is
+            # made, and the zygote warms nothing up for workers that will never exist.
+            engine = Engine(
+                capacity=1,
+                pool_size=0,
+                prewarm=False,
+                lean=False,
+                preload=preload,
+                uid_range=uids,
+                limits=limits,
             )
+            async with engine:
+                # Live output for a person at a terminal; --json prints one document at the end.
+                listener = None if args.json else _print_live
+                return await engine.run(
+                    code, inputs=inputs, limits=limits, argv=_argv(args), on_output=listener
+                )
 
     result = anyio.run(once)
     saved = None

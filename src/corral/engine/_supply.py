@@ -8,12 +8,9 @@ runtime on disk, a third of the fork cost. Anything else, and every session, use
 
 from __future__ import annotations
 
-import ast
-import functools
 import logging
 import os
 import stat
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +19,7 @@ import anyio.abc
 
 from corral._limits import Limits
 from corral._uids import UidRange
+from corral.engine._stdlib import stdlib_only
 from corral.engine._supervisor import Backoff
 from corral.errors import ConfigError, IsolationError, WorkerError
 from corral.sandbox import WarmPool, Worker, Zygote, doctor
@@ -29,32 +27,6 @@ from corral.sandbox import WarmPool, Worker, Zygote, doctor
 __all__ = ["WorkerSupply", "stdlib_only"]
 
 logger = logging.getLogger("corral.engine")
-
-_STDLIB = frozenset(sys.stdlib_module_names)
-
-
-@functools.lru_cache(maxsize=256)  # batches and RL rewards run one program for many cases
-def stdlib_only(code: str) -> bool:
-    """True when every import the code states is of the standard library.
-
-    Dynamic imports still work from a lean worker, only without the preloaded head start.
-    """
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
-        return True  # it fails the same way anywhere: fail fast
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                return False
-            names = [node.module or ""]
-        else:
-            continue
-        if any(name.partition(".")[0] not in _STDLIB for name in names):
-            return False
-    return True
 
 
 async def _probe(zygote: Zygote) -> Worker:

@@ -35,9 +35,10 @@ if typing.TYPE_CHECKING:
     from corral.sandbox.host._command import Command
     from corral.sandbox.host._doctor import DoctorReport, Feature, doctor
     from corral.sandbox.host._holder import Holder
+    from corral.sandbox.host._launch import DEFAULT_PRELOAD, prelaunched
     from corral.sandbox.host._pool import PoolStatistics, WarmPool
     from corral.sandbox.host._worker import OutputSink, Worker, WorkerReport
-    from corral.sandbox.host._zygote import DEFAULT_PRELOAD, Zygote
+    from corral.sandbox.host._zygote import Zygote
     from corral.sandbox.inside._seccomp import (
         DENIED_SYSCALLS,
         SECCOMP_POLICY,
@@ -46,7 +47,7 @@ if typing.TYPE_CHECKING:
     )
 
 _EXPORTS = {
-    "DEFAULT_PRELOAD": "corral.sandbox.host._zygote",
+    "DEFAULT_PRELOAD": "corral.sandbox.host._launch",
     "DENIED_SYSCALLS": "corral.sandbox.inside._seccomp",
     "MAX_REPORTED_PATH": "corral.sandbox._protocol",
     "SECCOMP_POLICY": "corral.sandbox.inside._seccomp",
@@ -72,6 +73,7 @@ _EXPORTS = {
     "Zygote": "corral.sandbox.host._zygote",
     "as_fs_owner": "corral.sandbox._syscalls",
     "doctor": "corral.sandbox.host._doctor",
+    "prelaunched": "corral.sandbox.host._launch",
 }
 
 __all__ = [
@@ -101,6 +103,7 @@ __all__ = [
     "Zygote",
     "as_fs_owner",
     "doctor",
+    "prelaunched",
 ]
 
 if not typing.TYPE_CHECKING:  # mypy reads the imports above

@@ -13,37 +13,25 @@ import logging
 import os
 import signal
 import socket
-import sys
 import weakref
-from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
 
-import corral
 from corral._uids import DEFAULT_UID_RANGE, UidRange
 from corral.errors import IsolationError, ZygoteUnavailable
 from corral.sandbox._seqpacket import areceive, asend
 from corral.sandbox.host._holder import Holder
-from corral.sandbox.host._runtime import private_dir, runtime_dir
+from corral.sandbox.host._launch import DEFAULT_PRELOAD, adopt, launch, zygote_config
 from corral.sandbox.host._worker import Worker
-from corral.sandbox.inside._isolate import SANDBOX_ENV
 
 __all__ = ["DEFAULT_PRELOAD", "Zygote"]
 
 logger = logging.getLogger("corral.sandbox")
 
-DEFAULT_PRELOAD = ("numpy", "pandas", "matplotlib")
 _START_TIMEOUT = 120.0  # seconds; the first import of pandas and matplotlib can be slow
 _SPAWN_TIMEOUT = 10.0  # seconds for the zygote to clone; it only ever forks
-# Only where corral itself lives joins the zygote's path: the rest of the caller's sys.path
-# (a script's folder, say) is no business of the sandbox.
-_BOOTSTRAP = (
-    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-    "from corral.sandbox.inside._zygote import main; main()"
-)
-_CORRAL_PARENT = str(Path(corral.__file__).resolve().parent.parent)
 # Staged shutdown. Closing the control socket is the zygote's signal to exit, which it does at
 # once (os._exit; its workers die with it by their parent-death signal): a healthy zygote is
 # gone within the first grace. A wedged one gets SIGTERM, then SIGKILL, which cannot be
@@ -95,38 +83,16 @@ class Zygote:
             IsolationError: the zygote could not build the sandbox on this host.
             ZygoteUnavailable: it died or did not answer in time.
         """
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        # Workers are forks of the zygote, and /proc/self/environ shows the block it was
-        # started with: it gets the sandbox's environment and nothing of the server's.
-        env = dict(SANDBOX_ENV)
-        cache = await anyio.to_thread.run_sync(lambda: private_dir(runtime_dir(), "cache"))
-        config = {
-            "t": "config",
-            "preload": list(self._preload),
-            "uids": [self._uids.first, self._uids.count],
-            "cache_dir": str(cache),
-            **({"data_dir": self._data_dir} if self._data_dir else {}),
-            **({} if self._prewarm else {"prewarm": False}),
-        }
-        try:
-            # Its own session: a terminal's Ctrl-C is for the server, which stops the zygote.
-            # Its control socket is its stdin, its configuration the first message on it.
-            self._process = await anyio.open_process(
-                [sys.executable, "-s", "-P", "-c", _BOOTSTRAP, _CORRAL_PARENT],
-                stdin=theirs.fileno(),
-                stdout=None,
-                stderr=None,
-                env=env,
-                start_new_session=True,
+        config = await anyio.to_thread.run_sync(
+            lambda: zygote_config(
+                preload=self._preload,
+                uids=self._uids,
+                data_dir=self._data_dir,
+                prewarm=self._prewarm,
             )
-        finally:
-            theirs.close()
-        ours.setblocking(False)
-        self._ctl = ours
-        try:
-            await asend(ours, config)
-        except OSError as exc:
-            raise ZygoteUnavailable(f"the zygote exited during start-up: {exc}") from exc
+        )
+        launched = adopt(config) or await launch(config)
+        self._process, self._ctl = launched.process, launched.ctl
         with anyio.move_on_after(_START_TIMEOUT):
             message, _ = await self._receive()
             if message is None:
