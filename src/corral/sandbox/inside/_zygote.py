@@ -268,7 +268,6 @@ def main() -> None:
         for name in private:  # workers must not learn where the cache lives
             os.environ.pop(name, None)
         os.environ.update(SANDBOX_ENV)
-        import corral.numeric  # noqa: F401 - importable inside the sandbox at no cost
         from corral.sandbox.inside import _runner
         from corral.sandbox.inside._cell import install_display
         from corral.sandbox.inside._rootfs import build_template, enter_base, runtime_paths
@@ -278,6 +277,8 @@ def main() -> None:
         # on first use, no warm-up, whose pages only pay off when many workers share them.
         prewarm = bool(config.get("prewarm", True))
         install_display(_runner.DISPLAY, load_now=prewarm)
+        if prewarm:
+            import corral.numeric  # noqa: F401 - importable inside the sandbox at no cost
         bpf = load_policy_bpf(cache)
         sc.unshare(0x00020000)
         data_dir = config.get("data_dir")
@@ -294,7 +295,7 @@ def main() -> None:
 
     if prewarm:
         _runner.warm_up_zygote()
-    gc.collect()
+        gc.collect()
     gc.freeze()  # keep the collector from dirtying every inherited page in each worker
     read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(write_end)
