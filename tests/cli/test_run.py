@@ -254,3 +254,19 @@ def test_run_adopts_the_zygote_it_started_ahead_of_the_engine(
         assert capsys.readouterr().out == "42\n"
     assert adopted == [True, True]  # the lean choice and the full one alike
     assert _launch._early == []
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly() -> None:
+    # `corral run ... | head -1`: two-byte characters, so the streamed 64,000 (the ceiling)
+    # overflow the pipe's buffer and writes after the reader has gone fail with EPIPE.
+    code = "for i in range(20000):\n    print('é' * 50)"
+    process = subprocess.Popen(
+        [CORRAL, "run", "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().decode() == "é" * 50 + "\n"
+    process.stdout.close()
+    _out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert b"Traceback" not in err
+    assert b"BrokenPipeError" not in err

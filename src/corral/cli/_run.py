@@ -7,6 +7,7 @@ import base64
 import binascii
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -104,12 +105,18 @@ def _save_outputs(result: ExecutionResult, out_dir: Path) -> list[str]:
 
 def _print_live(event: OutputEvent) -> None:
     """Write stdout and stderr as the run produces them (displays are listed at the end)."""
-    if event.kind == "stdout":
-        sys.stdout.write(event.text)
-        sys.stdout.flush()
-    elif event.kind == "stderr":
-        sys.stderr.write(event.text)
-        sys.stderr.flush()
+    stream = sys.stdout if event.kind == "stdout" else sys.stderr
+    if event.kind not in ("stdout", "stderr"):
+        return
+    try:
+        stream.write(event.text)
+        stream.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): the rest of the run's output goes nowhere, as a
+        # script's would, and the run still ends with its own exit code.
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
 
 
 def _print_human(result: ExecutionResult, saved: list[str] | None, *, streamed: bool) -> None:
