@@ -10,8 +10,9 @@ Cases run interleaved (order rotated each round) so load drift hits them alike:
   (that zygote imports IPython on first use);
 * ``python -I -c 'print(6*7)'`` and ``python -I -S -c ...``: the same interpreter corral runs
   on (``sys.executable``, not a ``python3`` shim on PATH), no isolation: the baseline;
-* with ``--before SRC``: the first case again with another checkout's ``src`` first on the
-  path (``git archive COMMIT | tar -x -C DIR``), for a before/after pair in one sitting.
+* with ``--before SRC`` (repeatable): the first case again with another checkout's ``src``
+  first on the path (``git archive COMMIT src | tar -x -C DIR``), for before/after pairs in
+  one sitting.
 
 CPU is what the command and every descendant it reaped used (``RUSAGE_CHILDREN``): the CLI,
 the zygote and, through it, the workers.
@@ -63,13 +64,15 @@ def _once(argv: list[str], env: dict[str, str] | None) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--before", metavar="SRC", help="another checkout's src folder")
+    parser.add_argument(
+        "--before", metavar="SRC", action="append", default=[], help="another checkout's src"
+    )
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
     cases = {name: (argv, None) for name, argv in CASES.items()}
-    if args.before:
-        env = {**os.environ, "PYTHONPATH": str(Path(args.before).resolve())}
-        cases[f"{PRINT}, before ({args.before})"] = (CASES[PRINT], env)
+    for src in args.before:
+        env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+        cases[f"{PRINT}, before ({src})"] = (CASES[PRINT], env)
     wall = {name: Samples(name) for name in cases}
     cpu = {name: Samples(name) for name in cases}
     names = list(cases)
