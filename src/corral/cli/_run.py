@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import anyio
-
 from corral._config import Config
 from corral._uids import DEFAULT_UID_RANGE, UidRange
 from corral.cli._main import EXIT_INVALID, EXIT_OK, EXIT_OTHER, EXIT_PYTHON_ERROR
@@ -174,14 +172,16 @@ def run_command(args: argparse.Namespace) -> int:
     preload = () if stdlib_only(code) else DEFAULT_PRELOAD
     uids = UidRange(*config.uid_range) if config.uid_range else DEFAULT_UID_RANGE
 
-    async def once() -> ExecutionResult:
-        # The zygote starts first, on another CPU, while this process imports the engine;
-        # the engine adopts it (the full zygote's share of the uids, as Engine splits them).
-        async with prelaunched(preload=preload, uids=uids.split()[0], prewarm=False):
-            from corral.engine import Engine
+    # The zygote starts first, on another CPU, while this process imports anyio and the
+    # engine; the engine adopts it (the full zygote's share of the uids, as Engine splits them).
+    with prelaunched(preload=preload, uids=uids.split()[0], prewarm=False):
+        import anyio
 
-            # Nothing for a second run: the probe's worker serves this one, no spare is
-            # made, and the zygote warms nothing up for workers that will never exist.
+        from corral.engine import Engine
+
+        async def once() -> ExecutionResult:
+            # Nothing for a second run: the probe's worker serves this one, no spare is made,
+            # and the zygote warms nothing up for workers that will never exist.
             engine = Engine(
                 capacity=1,
                 pool_size=0,
@@ -198,7 +198,7 @@ def run_command(args: argparse.Namespace) -> int:
                     code, inputs=inputs, limits=limits, argv=_argv(args), on_output=listener
                 )
 
-    result = anyio.run(once)
+        result = anyio.run(once)
     saved = None
     if args.out_dir is not None:
         try:

@@ -45,7 +45,7 @@ async def _serves_isolated_workers(zygote: Zygote) -> None:
 
 
 async def test_a_zygote_of_the_same_configuration_adopts_it() -> None:
-    async with prelaunched(preload=(), uids=UIDS, prewarm=False):
+    with prelaunched(preload=(), uids=UIDS, prewarm=False):
         (early,) = _early_pids()
         async with anyio.create_task_group() as tg:
             zygote = Zygote(preload=(), uids=UIDS, prewarm=False)
@@ -60,7 +60,7 @@ async def test_a_zygote_of_the_same_configuration_adopts_it() -> None:
 
 
 async def test_one_nobody_adopts_is_ended_with_the_block() -> None:
-    async with prelaunched(preload=(), uids=UIDS, prewarm=False):
+    with prelaunched(preload=(), uids=UIDS, prewarm=False):
         (early,) = _early_pids()
         async with anyio.create_task_group() as tg:
             zygote = Zygote(preload=(), uids=UIDS)  # prewarmed: another configuration
@@ -83,7 +83,7 @@ async def test_a_failed_early_start_leaves_the_normal_start_to_report(
 
     with monkeypatch.context() as patch:
         patch.setattr(_launch, "zygote_config", refuse)
-        async with prelaunched(preload=(), uids=UIDS, prewarm=False):
+        with prelaunched(preload=(), uids=UIDS, prewarm=False):
             assert _early_pids() == []
     async with anyio.create_task_group() as tg:
         zygote = Zygote(preload=(), uids=UIDS, prewarm=False)

@@ -1,8 +1,10 @@
 """Starting a zygote process: its command line, environment and first message.
 
-Apart from ``_zygote`` so that ``corral run`` can start its zygote before it imports the
-engine: the zygote's interpreter start, imports and sandbox root then run on another CPU
-while the command imports the rest of corral, instead of after it. A zygote started early
+Apart from ``_zygote``, and free of anyio, so that ``corral run`` can start its zygote before
+it imports the engine or starts an event loop: the zygote's interpreter start, imports and
+sandbox root then run on another CPU while the command imports the rest of corral, instead
+of after it. The start is a plain ``subprocess.Popen`` (``anyio.open_process`` forks in the
+event loop's thread all the same); ``_zygote`` waits for it through a pidfd. A zygote started early
 (:func:`prelaunched`) waits for the first ``Zygote`` whose configuration is the same to
 adopt it; one nobody adopted is ended when the block does (it would also die with its
 parent).
@@ -13,20 +15,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
-import anyio.abc
-import anyio.to_thread
-
 import corral
 from corral._uids import UidRange
 from corral.errors import ZygoteUnavailable
-from corral.sandbox._seqpacket import asend
+from corral.sandbox._seqpacket import send
 from corral.sandbox.host._runtime import private_dir, runtime_dir
 from corral.sandbox.inside._isolate import SANDBOX_ENV
 
@@ -51,7 +50,7 @@ logger = logging.getLogger("corral.sandbox")
 class Launched:
     """A zygote process that has its configuration and is starting up."""
 
-    process: anyio.abc.Process
+    process: subprocess.Popen[bytes]
     ctl: socket.socket
     """The engine's end of the control socket (non-blocking)."""
 
@@ -74,7 +73,7 @@ def zygote_config(
     }
 
 
-async def launch(config: dict[str, Any]) -> Launched:
+def launch(config: dict[str, Any]) -> Launched:
     """Start a zygote and send it ``config``; it is still importing and building its root.
 
     Raises:
@@ -87,11 +86,9 @@ async def launch(config: dict[str, Any]) -> Launched:
         # started with: it gets the sandbox's environment and nothing of the server's. Its own
         # session: a terminal's Ctrl-C is for the server, which stops the zygote. Its control
         # socket is its stdin, its configuration the first message on it.
-        process = await anyio.open_process(
+        process = subprocess.Popen(
             [sys.executable, "-s", "-P", "-c", _BOOTSTRAP, _CORRAL_PARENT],
             stdin=theirs.fileno(),
-            stdout=None,
-            stderr=None,
             env=dict(SANDBOX_ENV),
             start_new_session=True,
         )
@@ -100,25 +97,25 @@ async def launch(config: dict[str, Any]) -> Launched:
         raise
     finally:
         theirs.close()
-    ours.setblocking(False)
     launched = Launched(process, ours)
     try:
-        await asend(ours, config)
+        send(ours, config)  # a fresh socket's buffer holds it: this does not block
     except BaseException as exc:
-        await _end(launched)
+        _end(launched)
         if isinstance(exc, OSError):
             raise ZygoteUnavailable(f"the zygote exited during start-up: {exc}") from exc
         raise
+    ours.setblocking(False)
     return launched
 
 
 _early: list[tuple[dict[str, Any], Launched]] = []
 
 
-@contextlib.asynccontextmanager
-async def prelaunched(
+@contextlib.contextmanager
+def prelaunched(
     *, preload: Sequence[str], uids: UidRange, data_dir: str | None = None, prewarm: bool = True
-) -> AsyncIterator[None]:
+) -> Iterator[None]:
     """Start a zygote now, for the first ``Zygote`` with these arguments to adopt within
     the block; at its end, end the zygote if nobody did.
 
@@ -127,10 +124,8 @@ async def prelaunched(
     """
     launched: Launched | None = None
     try:
-        config = await anyio.to_thread.run_sync(
-            lambda: zygote_config(preload=preload, uids=uids, data_dir=data_dir, prewarm=prewarm)
-        )
-        launched = await launch(config)
+        config = zygote_config(preload=preload, uids=uids, data_dir=data_dir, prewarm=prewarm)
+        launched = launch(config)
         _early.append((config, launched))
     except Exception:
         logger.debug("could not start a zygote ahead of the engine", exc_info=True)
@@ -139,7 +134,7 @@ async def prelaunched(
     finally:
         if launched is not None and any(early is launched for _, early in _early):
             _early[:] = [(c, early) for c, early in _early if early is not launched]
-            await _end(launched)
+            _end(launched)
 
 
 def adopt(config: dict[str, Any]) -> Launched | None:
@@ -151,11 +146,9 @@ def adopt(config: dict[str, Any]) -> Launched | None:
     return None
 
 
-async def _end(launched: Launched) -> None:
+def _end(launched: Launched) -> None:
     """Kill and reap a zygote nobody uses (it has no workers yet)."""
     launched.ctl.close()
-    with anyio.CancelScope(shield=True):
-        with contextlib.suppress(ProcessLookupError):
-            launched.process.kill()
-        with anyio.move_on_after(_REAP_TIMEOUT):
-            await launched.process.wait()
+    launched.process.kill()  # a no-op once it has been reaped
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        launched.process.wait(timeout=_REAP_TIMEOUT)

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import weakref
 from typing import Any
 
@@ -40,6 +41,58 @@ _SPAWN_TIMEOUT = 10.0  # seconds for the zygote to clone; it only ever forks
 _EXIT_GRACE = 2.0  # seconds after the control socket closes
 _TERM_GRACE = 1.0  # seconds after SIGTERM
 _REAP_TIMEOUT = 5.0  # seconds after SIGKILL
+
+
+class _Reaped(anyio.abc.Process):
+    """A zygote started by ``subprocess.Popen`` (perhaps before an event loop ran), waited
+    for through a pidfd. Signals go through ``Popen``, which never signals a reaped pid."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        # Opened now, not when waiting: a descriptor opened in aclose could take the number of
+        # the control socket just closed, which the event loop may still be watching.
+        self._pidfd: int | None = os.pidfd_open(popen.pid)
+
+    async def wait(self) -> int:
+        while (code := self._popen.poll()) is None:
+            assert self._pidfd is not None  # closed only once it has been reaped
+            await anyio.wait_readable(self._pidfd)  # readable once it has exited
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        return code
+
+    async def aclose(self) -> None:
+        await self.wait()
+
+    def terminate(self) -> None:
+        self._popen.terminate()
+
+    def kill(self) -> None:
+        self._popen.kill()
+
+    def send_signal(self, signal: int) -> None:
+        self._popen.send_signal(signal)
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll()
+
+    @property
+    def stdin(self) -> None:
+        return None
+
+    @property
+    def stdout(self) -> None:
+        return None
+
+    @property
+    def stderr(self) -> None:
+        return None
 
 
 class Zygote:
@@ -91,8 +144,8 @@ class Zygote:
                 prewarm=self._prewarm,
             )
         )
-        launched = adopt(config) or await launch(config)
-        self._process, self._ctl = launched.process, launched.ctl
+        launched = adopt(config) or launch(config)
+        self._process, self._ctl = _Reaped(launched.process), launched.ctl
         with anyio.move_on_after(_START_TIMEOUT):
             message, _ = await self._receive()
             if message is None:
