@@ -343,7 +343,8 @@ async def test_sigkill_of_a_running_worker_gives_worker_error(engine: Engine) ->
                 engine, results, "victim", _hold_as(name), limits=LIMITS, on_event=recorder
             )
         )
-        pidfd = os.pidfd_open(await _sleeping_worker(engine, name))
+        host_pid = await _sleeping_worker(engine, name)
+        pidfd = os.pidfd_open(host_pid)
         try:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)  # as the OOM killer would
         finally:
@@ -353,6 +354,7 @@ async def test_sigkill_of_a_running_worker_gives_worker_error(engine: Engine) ->
     assert result.outcome == "worker_error", (result.outcome, result.message)
     assert result.status == "FAILURE"
     assert result.message
+    assert str(host_pid) not in result.message  # a tenant learns nothing of the host's pids
     assert result.stdout == "alive\n"
     after = await engine.run("print('next')", limits=LIMITS)
     assert (after.outcome, after.stdout) == ("ok", "next\n")

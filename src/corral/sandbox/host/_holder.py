@@ -51,11 +51,11 @@ class Holder:
             for fd in fds:
                 os.close(fd)
             if message is None:
-                raise WorkerCrashed(f"session holder {self.pid} exited: {await self._said()}")
+                raise WorkerCrashed(f"the session holder exited: {await self._said()}")
             if message.get("t") == "exited":
                 self.interpreter_alive = False
             return message
-        raise WorkerCrashed(f"session holder {self.pid} did not answer")
+        raise WorkerCrashed("the session holder did not answer")
 
     async def _said(self) -> str:
         """What the holder wrote to stderr before it died (it writes once, then exits)."""
@@ -104,7 +104,7 @@ class Holder:
             ours.close()
             os.close(out_r)
             os.close(err_r)
-            raise WorkerCrashed(f"session holder {self.pid} is gone: {exc}") from exc
+            raise WorkerCrashed(f"the session holder is gone: {exc}") from exc
         finally:
             theirs.close()
             os.close(out_w)
@@ -160,7 +160,7 @@ class Holder:
             await asend(self._ctl, request, [in_r, out_w, err_w, status_w])
         except OSError as exc:
             command.close()
-            raise WorkerCrashed(f"session holder {self.pid} is gone: {exc}") from exc
+            raise WorkerCrashed(f"the session holder is gone: {exc}") from exc
         finally:
             for fd in (in_r, out_w, err_w, status_w):
                 os.close(fd)

@@ -98,7 +98,7 @@ class Worker:
                 await anyio.wait_readable(self._sock)
                 continue
             except OSError as exc:
-                raise WorkerCrashed(f"worker {self.pid} socket failed: {exc}") from exc
+                raise WorkerCrashed(f"its socket failed: {exc}") from exc
             if not data:
                 return False
             self._frames.feed(data)
@@ -118,7 +118,7 @@ class Worker:
                 await anyio.wait_readable(self._sock)
                 continue
             except OSError as exc:
-                raise WorkerCrashed(f"worker {self.pid} socket failed: {exc}") from exc
+                raise WorkerCrashed(f"its socket failed: {exc}") from exc
             for level, kind, raw in ancdata:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS and len(raw) >= 4:
                     fds = array.array("i")
@@ -141,7 +141,7 @@ class Worker:
             said = os.read(self._err, 4096).decode(errors="replace").strip()
         except OSError:
             said = ""
-        base = f"worker {self.pid} exited before it was ready"
+        base = "the worker exited before it was ready"
         return f"{base}: {said}" if said else base
 
     async def write_inputs(self, files: list[tuple[str, bytes]], *, uid: int, gid: int) -> None:
@@ -182,7 +182,7 @@ class Worker:
                 await anyio.wait_writable(self._sock)
                 continue
             except OSError as exc:
-                raise WorkerCrashed(f"worker {self.pid} stopped reading: {exc}") from exc
+                raise WorkerCrashed(f"it stopped reading: {exc}") from exc
             view = view[sent:]
 
     async def _pump(self, fd: int, sink: OutputSink) -> None:
@@ -252,7 +252,7 @@ class Worker:
             frame = self._frames.next(reader.bound)
             if frame is None:
                 if not await self._receive():
-                    raise WorkerCrashed(f"worker {self.pid} exited before it answered")
+                    raise WorkerCrashed("it exited before it answered")
                 continue
             was_started = reader.started
             reader.accept(*frame)

@@ -12,6 +12,7 @@ exists, and the engine writes the files through it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 from collections.abc import Mapping
@@ -108,9 +109,13 @@ def enter(
     sc.umount(_INPUTS_STAGING, sc.MNT_DETACH)
     os.rmdir(_INPUTS_STAGING)
     sc.sethostname("corral")
-    os.environ.clear()
-    os.environ.update(SANDBOX_ENV)
-    os.makedirs("/tmp/matplotlib", exist_ok=True)
+    if os.environ != SANDBOX_ENV:
+        # The zygote's own environment is the sandbox's already; rebuilding it costs every
+        # worker a rewrite of libc's environment block for nothing.
+        os.environ.clear()
+        os.environ.update(SANDBOX_ENV)
+    with contextlib.suppress(FileExistsError):  # a staged runtime path may have made it
+        os.mkdir(SANDBOX_ENV["MPLCONFIGDIR"])
     return cwd, inputs_fd
 
 

@@ -13,7 +13,6 @@ import builtins
 import contextlib
 import io
 import os
-import random
 import resource
 import socket
 import sys
@@ -66,7 +65,7 @@ StaticLimits = dict[str, int]
 
 
 def _reseed() -> None:
-    random.seed()
+    # ``random`` reseeds its global generator from the OS in every forked child by itself.
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         # Full MT19937 entropy from the OS, at half the cost of numpy.random.seed().
