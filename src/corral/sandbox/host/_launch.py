@@ -4,10 +4,11 @@ Apart from ``_zygote``, and free of anyio, so that ``corral run`` can start its 
 it imports the engine or starts an event loop: the zygote's interpreter start, imports and
 sandbox root then run on another CPU while the command imports the rest of corral, instead
 of after it. The start is a plain ``subprocess.Popen`` (``anyio.open_process`` forks in the
-event loop's thread all the same); ``_zygote`` waits for it through a pidfd. A zygote started early
-(:func:`prelaunched`) waits for the first ``Zygote`` whose configuration is the same to
-adopt it; one nobody adopted is ended when the block does (it would also die with its
-parent).
+event loop's thread all the same); ``_zygote`` waits for it through a pidfd.
+
+A zygote started early (:func:`prelaunched`) waits for the first ``Zygote`` whose
+configuration is the same to adopt it; one nobody adopted is ended when the block ends (it
+would also die with its parent).
 """
 
 from __future__ import annotations

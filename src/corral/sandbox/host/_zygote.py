@@ -52,15 +52,17 @@ class _Reaped(anyio.abc.Process):
         # Opened now, not when waiting: a descriptor opened in aclose could take the number of
         # the control socket just closed, which the event loop may still be watching.
         self._pidfd: int | None = os.pidfd_open(popen.pid)
+        self._waiting = anyio.Lock()  # one waiter on the descriptor at a time
 
     async def wait(self) -> int:
-        while (code := self._popen.poll()) is None:
-            assert self._pidfd is not None  # closed only once it has been reaped
-            await anyio.wait_readable(self._pidfd)  # readable once it has exited
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
-        return code
+        async with self._waiting:
+            while (code := self._popen.poll()) is None:
+                assert self._pidfd is not None  # closed only once it has been reaped
+                await anyio.wait_readable(self._pidfd)  # readable once it has exited
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+            return code
 
     async def aclose(self) -> None:
         await self.wait()
