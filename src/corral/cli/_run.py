@@ -103,9 +103,9 @@ def _save_outputs(result: ExecutionResult, out_dir: Path) -> list[str]:
 
 def _print_live(event: OutputEvent) -> None:
     """Write stdout and stderr as the run produces them (displays are listed at the end)."""
-    stream = sys.stdout if event.kind == "stdout" else sys.stderr
     if event.kind not in ("stdout", "stderr"):
         return
+    stream = sys.stdout if event.kind == "stdout" else sys.stderr
     try:
         stream.write(event.text)
         stream.flush()
