@@ -270,3 +270,33 @@ def test_a_reader_that_goes_away_ends_the_output_quietly() -> None:
     assert process.returncode == 0, err
     assert b"Traceback" not in err
     assert b"BrokenPipeError" not in err
+
+
+def test_the_run_is_a_full_sandbox() -> None:
+    # What corral run leaves out for speed (pool, warm-up, IPython, a compiled policy) must
+    # not be isolation: the worker sees itself as init of its own namespaces, unprivileged,
+    # under the seccomp allowlist, with its rlimits and a masked /proc, and the host's
+    # processes are invisible.
+    code = (
+        "import json, os, resource\n"
+        "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
+        "status = {k: v.strip() for k, v in status.items()}\n"
+        "print(json.dumps({'pid': os.getpid(), 'uid': os.getuid(), 'status': status,\n"
+        "  'pids': [p for p in os.listdir('/proc') if p.isdigit()],\n"
+        "  'nproc': resource.getrlimit(resource.RLIMIT_NPROC)[0],\n"
+        "  'loadavg': open('/proc/loadavg').read(), 'cmdline': open('/proc/cmdline').read()}))"
+    )
+    done = corral("run", "--timeout", "20", "-c", code)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert (seen["pid"], seen["uid"], seen["pids"]) == (1, 1000, ["1"])
+    status = seen["status"]
+    assert (status["Seccomp"], status["NoNewPrivs"]) == ("2", "1")
+    assert int(status["CapEff"], 16) == 0
+    assert 0 < seen["nproc"] <= 1024
+    assert (seen["loadavg"], seen["cmdline"]) == ("0.00 0.00 0.00 1/1 1\n", "")  # masked
+    unshare = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.unshare(0x10000000), ctypes.get_errno())"
+    )
+    assert corral("run", "-c", unshare).stdout == "-1 1\n"  # EPERM from the allowlist
