@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import ast
 import base64
+import contextlib
 import json
 import os
+import select
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -204,6 +207,123 @@ def commands() -> dict[str, Any]:
         }
 
 
+def _shell_wait(condition: str) -> str:
+    """A shell loop inside the sandbox waiting, bounded, until ``condition`` holds."""
+    bound = WAIT_S * 20
+    return f"n=0; until {condition} || [ $n -ge {bound} ]; do sleep 0.05; n=$((n+1)); done"
+
+
+@scenario
+def detached_commands() -> dict[str, Any]:
+    """A command outlives its stream: disconnect, list, connect again, send stdin, kill."""
+    with Sandbox.create() as sbx:
+        script = "; ".join([
+            "echo started",
+            _shell_wait("[ -e go ]"),
+            "echo while-detached",
+            "touch went",
+            "read line",
+            "echo got:$line",
+            _shell_wait("[ -e stop ]"),
+            "echo done",
+        ])  # fmt: skip
+        handle = sbx.commands.run(script, background=True, stdin=True, timeout=0)
+        first = next(iter(handle))[0]
+        handle.disconnect()
+        listed_detached = handle.pid in [p.pid for p in sbx.commands.list()]
+        sbx.files.write("/home/user/go", "")
+        sbx.commands.run(_shell_wait("[ -e went ]"))  # it printed while nobody was attached
+        again = sbx.commands.connect(handle.pid)
+        sbx.commands.send_stdin(handle.pid, "hello\n")
+        sbx.files.write("/home/user/stop", "")
+        result = again.wait()
+        listed_after = handle.pid in [p.pid for p in sbx.commands.list()]
+        try:
+            sbx.commands.connect(handle.pid)
+            reconnect_ended: Any = "connected"
+        except Exception as exc:  # noqa: BLE001
+            reconnect_ended = type(exc).__name__
+        sleeper = sbx.commands.run("sleep 600", background=True, timeout=0)
+        killed = sbx.commands.kill(sleeper.pid)
+        with contextlib.suppress(CommandExitException):  # killed: it exits with -1
+            sleeper.wait()
+        gone = sleeper.pid not in [p.pid for p in sbx.commands.list()]
+        timed = sbx.commands.run("sleep 600", background=True, timeout=1)
+        timed.disconnect()
+        try:  # attached again, with a longer bound of its own: it ends at its Start's
+            timed_end: Any = sbx.commands.connect(timed.pid, timeout=WAIT_S).wait().exit_code
+        except CommandExitException as exc:
+            timed_end = exc.exit_code
+        timed_gone = timed.pid not in [p.pid for p in sbx.commands.list()]
+        streamed = None
+        if hasattr(sbx.commands, "stream_input"):  # newer SDKs only
+            reader = sbx.commands.run("read a; read b; echo $a$b", background=True, stdin=True)
+            sbx.commands.stream_input(reader.pid, ["x\n", b"y\n"])
+            streamed = reader.wait().stdout
+        return {
+            "first": first,
+            "listed_detached": listed_detached,
+            "stdout": result.stdout,
+            "exit_code": result.exit_code,
+            "listed_after": listed_after,
+            "reconnect_ended": reconnect_ended,
+            "killed": killed,
+            "gone": gone,
+            "timed_end": timed_end,
+            "timed_gone": timed_gone,
+            "streamed": streamed,
+        }
+
+
+@scenario
+def stdin_nobody_reads() -> dict[str, Any]:
+    """Input a command never reads fills its pipe: the call ends at its deadline, and the
+    sandbox goes on (the command can still be killed, others started)."""
+    with Sandbox.create() as sbx:
+        deaf = sbx.commands.run("sleep 600", background=True, stdin=True, timeout=0)
+        try:
+            sbx.commands.send_stdin(deaf.pid, "x" * (256 << 10), request_timeout=1)
+            sent: Any = "sent"
+        except Exception as exc:  # noqa: BLE001
+            sent = type(exc).__name__
+        killed = sbx.commands.kill(deaf.pid)
+        return {"sent": sent, "killed": killed, "after": sbx.commands.run("echo ok").stdout}
+
+
+def _host_pid(marker: str) -> int | None:
+    """The host pid of the sandboxed ``sleep MARKER``, seen from outside the sandbox."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    if cmdline.read() == f"sleep\0{marker}\0".encode():
+                        return int(entry)
+            except OSError:
+                continue
+    return None
+
+
+@scenario
+def commands_end_with_their_sandbox() -> dict[str, Any]:
+    marker = f"{600 + os.getpid() % 1000}.{time.time_ns() % 1000000}"
+    sbx = Sandbox.create()
+    handle = sbx.commands.run(f"exec sleep {marker}", background=True, timeout=0)
+    handle.disconnect()
+    # Inside the sandbox, until the exec has happened (bash's own cmdline names it too).
+    sbx.commands.run(_shell_wait(f"[ \"$(tr '\\0' ' ' < /proc/{handle.pid}/cmdline)\" = "
+                                 f"'sleep {marker} ' ]"))  # fmt: skip
+    pid = _host_pid(marker)
+    if pid is None:
+        return {"running": False}
+    pidfd = os.pidfd_open(pid)
+    try:
+        sbx.kill()
+        ended, _, _ = select.select([pidfd], [], [], WAIT_S)  # readable once it has exited
+    finally:
+        os.close(pidfd)
+    return {"running": True, "gone": bool(ended)}
+
+
 @scenario
 def run_code_timeout() -> dict[str, Any]:
     """The SDK's timeout closes the connection; that interrupts the run, as in E2B."""
@@ -221,6 +341,69 @@ def run_code_timeout() -> dict[str, Any]:
         after = sbx.run_code("6 * 7").text
         ticks = len(sbx.files.read("/home/user/ticks")) if sbx.files.exists("ticks") else 0
         return {"raised": raised, "after": after, "ticks": ticks}
+
+
+@scenario
+def interrupt_keeps_state() -> dict[str, Any]:
+    """As E2B's Jupyter kernel: a timed-out run is interrupted; the variables stay."""
+    with Sandbox.create() as sbx:
+        sbx.run_code("x = 41")
+        context = sbx.create_code_context()
+        sbx.run_code("y = 'other context'", context=context)
+        raised = None
+        try:
+            sbx.run_code("while True:\n    pass", timeout=1)
+        except Exception as exc:  # noqa: BLE001
+            raised = type(exc).__name__
+        return {
+            "raised": raised,
+            "after": sbx.run_code("x + 1").text,
+            "context_after": sbx.run_code("y", context=context).text,
+        }
+
+
+@scenario
+def disconnect_keeps_state() -> dict[str, Any]:
+    """The client dropping the connection mid-run interrupts it the same way."""
+    with Sandbox.create() as sbx:
+        sbx.run_code("x = 41")
+        headers = {
+            "E2b-Sandbox-Id": sbx.sandbox_id,
+            "E2b-Sandbox-Port": "49999",
+            "X-Access-Token": sbx._envd_access_token or "",
+        }
+        code = "print('spinning', flush=True)\nwhile True:\n    pass"
+        seen = []
+        with httpx.stream(
+            "POST", f"{BASE}/execute", json={"code": code}, headers=headers, timeout=WAIT_S
+        ) as reply:
+            for line in reply.iter_lines():
+                seen.append(json.loads(line).get("type"))
+                if "spinning" in line:
+                    break  # leaving the block closes the connection
+        return {"seen": seen, "after": sbx.run_code("x + 1").text}
+
+
+@scenario
+def interrupt_ignored_restarts() -> dict[str, Any]:
+    """Code that ignores SIGINT cannot hold the sandbox: it is restarted, state lost."""
+    with Sandbox.create() as sbx:
+        sbx.run_code("x = 41")
+        raised = None
+        try:
+            sbx.run_code(
+                "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                "while True:\n    pass",
+                timeout=1,
+            )
+        except Exception as exc:  # noqa: BLE001
+            raised = type(exc).__name__
+        lost = sbx.run_code("x")
+        return {
+            "raised": raised,
+            "lost": lost.error.name if lost.error else lost.text,
+            "works": sbx.run_code("6 * 7").text,
+        }
 
 
 @scenario

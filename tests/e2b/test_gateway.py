@@ -201,6 +201,44 @@ async def test_process_start_streams_connect_frames(client: httpx.AsyncClient) -
     assert frames[-1] == (2, {})
 
 
+def _envelope(message: dict[str, Any]) -> bytes:
+    data = json.dumps(message).encode()
+    return struct.pack(">BI", 0, len(data)) + data
+
+
+async def test_stream_input_and_connect_refuse_what_they_cannot_serve(
+    client: httpx.AsyncClient,
+) -> None:
+    created = await _create(client)
+    headers = {**_envd(created), "Content-Type": "application/connect+json"}
+    answers = {}
+    bodies = {
+        "unknown pid": _envelope({"start": {"process": {"pid": 4242}}}),
+        "no start": _envelope({"data": {"input": {"stdin": "eA=="}}}),
+        "cut short": _envelope({"start": {"process": {"pid": 4242}}})[:-3],
+        "too large": struct.pack(">BI", 0, 64 * 1024 * 1024),
+        "not an object": struct.pack(">BI", 0, 2) + b"[]",
+    }
+    for name, body in bodies.items():
+        reply = await client.post("/process.Process/StreamInput", content=body, headers=headers)
+        assert reply.status_code == 200  # a stream's error travels in its end envelope
+        [(flags, end)] = _frames(reply.content)
+        answers[name] = (flags, end["error"]["code"])
+    assert answers == {
+        "unknown pid": (2, "not_found"),
+        "no start": (2, "invalid_argument"),
+        "cut short": (2, "invalid_argument"),
+        "too large": (2, "resource_exhausted"),
+        "not an object": (2, "invalid_argument"),
+    }
+    connect = await client.post(
+        "/process.Process/Connect",
+        content=_envelope({"process": {"pid": 4242}}),
+        headers=headers,
+    )
+    assert (connect.status_code, connect.json()["code"]) == (404, "not_found")
+
+
 async def test_files_never_follow_links_planted_by_code(client: httpx.AsyncClient) -> None:
     created = await _create(client)
     planted = await client.post(

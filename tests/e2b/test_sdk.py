@@ -97,11 +97,54 @@ def test_commands_run_in_the_sandbox(sdk: dict[str, Any]) -> None:
     assert seen["code_sees_env"] == "'hi'"
 
 
+def test_commands_outlive_their_stream(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "detached_commands")
+    assert seen["first"] == "started\n"
+    assert seen["listed_detached"] is True  # disconnect() left it running
+    # Connect attaches from now on: what it printed while detached is not replayed (envd).
+    assert seen["stdout"] == "got:hello\ndone\n"
+    assert seen["exit_code"] == 0
+    assert seen["listed_after"] is False
+    assert seen["reconnect_ended"] == "NotFoundException"
+    assert (seen["killed"], seen["gone"]) == (True, True)
+    assert (seen["timed_end"], seen["timed_gone"]) == (-1, True)  # its Start's timeout
+    if seen["streamed"] is not None:
+        assert seen["streamed"] == "xy\n"  # StreamInput, in order
+
+
+def test_stdin_nobody_reads_ends_at_its_deadline(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "stdin_nobody_reads")
+    assert seen == {"sent": "TimeoutException", "killed": True, "after": "ok\n"}
+
+
+def test_commands_end_with_their_sandbox(sdk: dict[str, Any]) -> None:
+    assert ok(sdk, "commands_end_with_their_sandbox") == {"running": True, "gone": True}
+
+
 def test_run_code_timeout_ends_the_run(sdk: dict[str, Any]) -> None:
     seen = ok(sdk, "run_code_timeout")
     assert seen["raised"] == "TimeoutException"
     assert seen["after"] == "42"
     assert seen["ticks"] < 600  # the closed connection interrupted the loop
+
+
+def test_a_timeout_interrupts_and_keeps_the_variables(sdk: dict[str, Any]) -> None:
+    assert ok(sdk, "interrupt_keeps_state") == {
+        "raised": "TimeoutException",
+        "after": "42",
+        "context_after": "'other context'",  # every context's state stays too
+    }
+
+
+def test_a_dropped_connection_interrupts_and_keeps_the_variables(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "disconnect_keeps_state")
+    assert seen["seen"] == ["stdout"]
+    assert seen["after"] == "42"
+
+
+def test_code_ignoring_the_interrupt_is_restarted(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "interrupt_ignored_restarts")
+    assert seen == {"raised": "TimeoutException", "lost": "NameError", "works": "42"}
 
 
 def test_kill_and_kill_by_id_on_a_killed_sandbox(sdk: dict[str, Any]) -> None:

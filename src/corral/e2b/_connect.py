@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -19,7 +19,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["ConnectError", "ConnectStream", "Emit", "deadline_of", "read_message", "unary"]
+__all__ = [
+    "ConnectError",
+    "ConnectStream",
+    "Emit",
+    "deadline_of",
+    "read_message",
+    "read_stream",
+    "stream_answer",
+    "unary",
+]
 
 _MAX_MESSAGE = 1024 * 1024  # bytes; envd's requests are small JSON
 _END_STREAM = 0x02
@@ -92,6 +101,53 @@ async def read_message(request: Request) -> dict[str, Any]:
     if not isinstance(message, dict):
         raise ConnectError("invalid_argument", "the request message is not an object")
     return message
+
+
+async def read_stream(request: Request) -> AsyncIterator[dict[str, Any]]:
+    """The messages of a client stream as they arrive, each enveloped; at most one message
+    and one received chunk are held at a time.
+
+    Raises:
+        ConnectError: a message too large, compressed, not a JSON object, or cut short.
+    """
+    if request.headers.get("content-encoding", "identity") != "identity":
+        raise ConnectError("unimplemented", "compressed requests are not supported")
+    buffer = bytearray()
+    async for chunk in request.stream():
+        buffer.extend(chunk)
+        while len(buffer) >= _HEADER.size:
+            flags, size = _HEADER.unpack_from(buffer)
+            if size > _MAX_MESSAGE:
+                raise ConnectError("resource_exhausted", "a request message is too large")
+            if flags & 0x01:
+                raise ConnectError("unimplemented", "compressed messages are not supported")
+            if len(buffer) < _HEADER.size + size:
+                break
+            payload = bytes(buffer[_HEADER.size : _HEADER.size + size])
+            del buffer[: _HEADER.size + size]
+            yield _object(payload)
+    if buffer:
+        raise ConnectError("invalid_argument", "the request stream ends in a partial message")
+
+
+def _object(payload: bytes) -> dict[str, Any]:
+    try:
+        message = json.loads(payload or b"{}")
+    except ValueError:
+        raise ConnectError("invalid_argument", "a request message is not JSON") from None
+    if not isinstance(message, dict):
+        raise ConnectError("invalid_argument", "a request message is not an object")
+    return message
+
+
+def stream_answer(message: Mapping[str, Any] | None, error: ConnectError | None = None) -> Response:
+    """The answer of a client stream: its one message and the end of the stream, or the
+    end carrying ``error``."""
+    if error is not None:
+        body = envelope({"error": error.as_json()}, end=True)
+    else:
+        body = envelope(message or {}) + envelope({}, end=True)
+    return Response(body, media_type="application/connect+json")
 
 
 def unary(message: Mapping[str, Any]) -> Response:

@@ -5,8 +5,9 @@ a context is a namespace of it: before a run in another context than the last on
 preparation cell swaps ``__main__``'s globals for that context's (and its working folder), and
 the same cell applies the sandbox's ``envVars`` once per interpreter and a run's own
 ``env_vars`` for that run only. The helper lives in a module of the interpreter, not in any
-context's globals. Contexts are no security boundary, only separate states, as in E2B. When
-the interpreter restarts (a deadline, a closed connection), every context starts afresh.
+context's globals. Contexts are no security boundary, only separate states, as in E2B. A
+deadline or a closed connection interrupts the run and keeps every context; when the
+interpreter restarts (code that ignored the interrupt, a crash), every context starts afresh.
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 ``/execute`` answers ``application/x-ndjson``: stdout and stderr as they are produced,
 ``display()`` results, the
 trailing expression's result, the error, the execution count, then ``end_of_execution``.
-The client closing the connection cancels the run. ``/contexts`` calls carry no access token
-in the SDK, so they are accepted by the sandbox's unguessable id alone.
+The client closing the connection (the SDK's ``timeout`` does) interrupts the run as E2B's
+Jupyter server interrupts its kernel: the variables stay, unless the code ignores the
+interrupt past ``INTERRUPT_GRACE``, when the interpreter restarts. ``/contexts`` calls carry
+no access token in the SDK, so they are accepted by the sandbox's unguessable id alone.
 """
 
 from __future__ import annotations
@@ -135,7 +137,10 @@ class _Execution(Response):
                     emit(line)
 
             code = _magics.transform(self._code)
-            result = await session.run(code, cancel=cancel, on_output=on_output, cwd=context.cwd)
+            # E2B's kernel is interrupted, not restarted: variables survive a timeout.
+            result = await session.run(
+                code, cancel=cancel, on_output=on_output, cwd=context.cwd, keep_state=True
+            )
             if result.restarted:
                 sandbox.contexts.interpreter_restarted()
             context.executions += 1

@@ -1,37 +1,51 @@
-"""envd's ``process.Process`` service: Start (streamed), List, SendSignal, SendInput, CloseStdin.
+"""envd's ``process.Process`` service: Start and Connect (streamed), List, SendSignal,
+SendInput, StreamInput, CloseStdin.
 
 Commands run inside the sandbox, beside its interpreter (``Session.start_command``): the same
 namespaces, files, seccomp policy and limits, ``/home/user`` as the working folder, and the
-sandbox's ``envVars`` in their environment (never the server's). A command whose stream the
-client closes, or whose deadline passes, is killed. Reconnecting to a command (``Connect``),
-``StreamInput``, ``Update`` and PTYs are not served (``unimplemented``).
+sandbox's ``envVars`` in their environment (never the server's). A command outlives the
+stream that started it (``_processes``): a client that closes it only detaches, ``Connect``
+attaches again, and the ``Connect-Timeout-Ms`` of its ``Start`` bounds its life, as envd's.
+``Update`` and PTYs are not served (``unimplemented``).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import math
 import signal
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
-from anyio.streams.memory import MemoryObjectSendStream
-from starlette.requests import Request
+from anyio.streams.memory import MemoryObjectReceiveStream
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from corral.e2b._connect import ConnectError, ConnectStream, Emit, deadline_of, read_message, unary
+from corral.e2b._connect import (
+    ConnectError,
+    ConnectStream,
+    Emit,
+    deadline_of,
+    read_message,
+    read_stream,
+    stream_answer,
+    unary,
+)
 from corral.e2b._contexts import HOME
-from corral.e2b._sandboxes import MAX_TIMEOUT, RunningCommand, Sandbox
+from corral.e2b._processes import Event, Process, TooManyAttached
+from corral.e2b._sandboxes import MAX_TIMEOUT, Sandbox
 from corral.e2b._service import service_of
-from corral.errors import SessionClosed, WorkerError
+from corral.errors import CorralError, SessionClosed, WorkerError
 
 __all__ = ["routes"]
 
 _SIGNALS = {"SIGNAL_SIGKILL": signal.SIGKILL, "SIGNAL_SIGTERM": signal.SIGTERM}
 _MAX_ENVS = 256
 _MAX_TEXT = 128 * 1024  # characters of one argument or environment value
-_BUFFERED_CHUNKS = 16  # output chunks (64 KiB each at most) waiting for the client
 
 
 def _texts(value: Any, what: str) -> list[str]:
@@ -70,24 +84,47 @@ async def _sandbox(request: Request) -> Sandbox:
 
 async def start(request: Request) -> Response:
     sandbox = await _sandbox(request)
+    deadline = deadline_of(request)
     try:
         message = await read_message(request)
-        running = await _start(sandbox, message)
+        process, events = await _start(sandbox, message, deadline)
     except ConnectError as exc:
         return exc.response()
-    deadline = deadline_of(request)
+    return ConnectStream(_attached(process, events), deadline)
 
+
+async def connect(request: Request) -> Response:
+    """Attach to a running process again: its output from now on, then its end."""
+    sandbox = await _sandbox(request)
+    try:
+        process = _running(sandbox, await read_message(request))
+        events = process.attach()
+    except ConnectError as exc:
+        return exc.response()
+    except TooManyAttached as exc:
+        return ConnectError("resource_exhausted", str(exc)).response()
+    return ConnectStream(_attached(process, events), deadline_of(request))
+
+
+def _attached(
+    process: Process, events: MemoryObjectReceiveStream[Event]
+) -> Callable[[Emit], Awaitable[None]]:
     async def produce(emit: Emit) -> None:
-        try:
-            await _follow(sandbox, running, emit)
-        finally:
-            running.command.close()
-            sandbox.commands.pop(running.command.pid, None)
+        # Leaving (the client went away, the stream's deadline) detaches; the process runs on.
+        async with events:
+            await emit({"event": {"start": {"pid": process.pid}}})
+            async for event in events:
+                await emit(event)
+        if process.end is None:
+            raise ConnectError("unavailable", "the sandbox ended while the command ran")
+        await emit(process.end)
 
-    return ConnectStream(produce, deadline)
+    return produce
 
 
-async def _start(sandbox: Sandbox, message: dict[str, Any]) -> RunningCommand:
+async def _start(
+    sandbox: Sandbox, message: dict[str, Any], lifetime: float | None
+) -> tuple[Process, MemoryObjectReceiveStream[Event]]:
     if message.get("pty") is not None:
         raise ConnectError("unimplemented", "PTYs are not served")
     config = message.get("process")
@@ -111,36 +148,21 @@ async def _start(sandbox: Sandbox, message: dict[str, Any]) -> RunningCommand:
         raise ConnectError("resource_exhausted", f"the command did not start: {exc}") from None
     if not message.get("stdin"):
         command.close_stdin()
-    running = RunningCommand(command, cmd, args, envs, cwd, tag)
-    sandbox.commands[command.pid] = running
-    return running
+    process = Process(command, cmd, args, envs, cwd, tag)
+    events = process.attach()  # before its output is read: the Start stream misses nothing
 
+    def ended(done: Process) -> None:
+        if sandbox.commands.get(done.pid) is done:
+            del sandbox.commands[done.pid]
 
-async def _follow(sandbox: Sandbox, running: RunningCommand, emit: Emit) -> None:
-    command = running.command
-    await emit({"event": {"start": {"pid": command.pid}}})
-    # A bounded buffer: a command that prints faster than the client reads waits on its pipe.
-    sender, chunks = anyio.create_memory_object_stream[tuple[str, bytes]](_BUFFERED_CHUNKS)
-
-    async def pump(stream: str, out: MemoryObjectSendStream[tuple[str, bytes]]) -> None:
-        async with out:
-            while chunk := await command.read(stream):
-                await out.send((stream, chunk))
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(pump, "stdout", sender.clone())
-        tg.start_soon(pump, "stderr", sender.clone())
-        sender.close()
-        async with chunks:
-            async for stream, chunk in chunks:
-                await emit({"event": {"data": {stream: base64.b64encode(chunk).decode()}}})
     try:
-        code = await command.wait()
-    except WorkerError:
-        raise ConnectError("unavailable", "the sandbox ended while the command ran") from None
-    status = f"exit status {code}" if code >= 0 else f"signal: {signal.Signals(-code).name}"
-    end = {"exitCode": code if code >= 0 else -1, "exited": code >= 0, "status": status}
-    await emit({"event": {"end": end}})
+        sandbox.session.background(lambda: process.follow(lifetime, ended))
+    except CorralError:
+        events.close()
+        process.release()
+        raise ConnectError("unavailable", f"The sandbox {sandbox.id} was not found") from None
+    sandbox.commands[command.pid] = process
+    return process, events
 
 
 async def list_processes(sandbox: Sandbox, message: dict[str, Any]) -> dict[str, Any]:
@@ -159,7 +181,7 @@ async def list_processes(sandbox: Sandbox, message: dict[str, Any]) -> dict[str,
     return {"processes": processes}
 
 
-def _running(sandbox: Sandbox, message: dict[str, Any]) -> RunningCommand:
+def _running(sandbox: Sandbox, message: dict[str, Any]) -> Process:
     pid = _pid(message)
     running = sandbox.commands.get(pid)
     if running is None:
@@ -176,21 +198,66 @@ async def send_signal(sandbox: Sandbox, message: dict[str, Any]) -> dict[str, An
     return {}
 
 
-async def send_input(sandbox: Sandbox, message: dict[str, Any]) -> dict[str, Any]:
-    running = _running(sandbox, message)
-    given = message.get("input")
+def _stdin_of(given: Any) -> bytes:
     data = given.get("stdin") if isinstance(given, dict) else None
     if not isinstance(data, str):
         raise ConnectError("invalid_argument", "input.stdin is required")
     try:
-        raw = base64.b64decode(data, validate=True)
+        return base64.b64decode(data, validate=True)
     except binascii.Error:
         raise ConnectError("invalid_argument", "input.stdin is not base64") from None
-    try:
-        await running.command.write_stdin(raw)
-    except OSError:
-        raise ConnectError("failed_precondition", "the process's stdin is closed") from None
+
+
+async def send_input(sandbox: Sandbox, message: dict[str, Any]) -> dict[str, Any]:
+    running = _running(sandbox, message)
+    await _write_stdin(running, _stdin_of(message.get("input")))
     return {}
+
+
+async def stream_input(request: Request) -> Response:
+    """A client stream: ``start`` names the process, then ``data`` events go to its stdin in
+    order (``keepalive`` events carry nothing)."""
+    sandbox = await _sandbox(request)
+    process: Process | None = None
+    try:
+        with _bounded(request):
+            async for message in read_stream(request):
+                if process is None:
+                    start = message.get("start")
+                    if not isinstance(start, dict):
+                        raise ConnectError("invalid_argument", "the stream must begin with start")
+                    process = _running(sandbox, start)
+                elif isinstance(data := message.get("data"), dict):
+                    await _write_stdin(process, _stdin_of(data.get("input")))
+            if process is None:
+                raise ConnectError("invalid_argument", "the stream must begin with start")
+    except ConnectError as exc:
+        return stream_answer(None, exc)
+    except ClientDisconnect:
+        return stream_answer(None, ConnectError("canceled", "the client went away"))
+    return stream_answer({})
+
+
+@contextlib.contextmanager
+def _bounded(request: Request) -> Iterator[None]:
+    """The request's ``Connect-Timeout-Ms`` around a call that may wait on a process (its
+    stdin full): past it, ``deadline_exceeded``.
+
+    Raises:
+        ConnectError: the deadline passed.
+    """
+    seconds = deadline_of(request)
+    with anyio.move_on_after(math.inf if seconds is None else seconds) as scope:
+        yield
+    if scope.cancelled_caught:
+        raise ConnectError("deadline_exceeded", "the deadline passed")
+
+
+async def _write_stdin(process: Process, data: bytes) -> None:
+    try:
+        await process.command.write_stdin(data)
+    except (OSError, anyio.ClosedResourceError):
+        raise ConnectError("failed_precondition", "the process's stdin is closed") from None
 
 
 async def close_stdin(sandbox: Sandbox, message: dict[str, Any]) -> dict[str, Any]:
@@ -210,14 +277,20 @@ async def dispatch(request: Request) -> Response:
     method = request.path_params["method"]
     if method == "Start":
         return await start(request)
+    if method == "Connect":
+        return await connect(request)
+    if method == "StreamInput":
+        return await stream_input(request)
     sandbox = await _sandbox(request)
     handler = _UNARY.get(method)
     if handler is None:
         return ConnectError("unimplemented", f"process.Process/{method} is not served").response()
     try:
-        return unary(await handler(sandbox, await read_message(request)))
+        with _bounded(request):
+            answer = await handler(sandbox, await read_message(request))
     except ConnectError as exc:
         return exc.response()
+    return unary(answer)
 
 
 routes = [Route("/process.Process/{method}", dispatch, methods=["POST"])]

@@ -14,20 +14,16 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import anyio
 
 from corral.e2b._contexts import Contexts
+from corral.e2b._processes import Process
 from corral.engine import Session
-
-if TYPE_CHECKING:
-    # Only its type: commands are started through the engine's Session.start_command.
-    from corral.sandbox import Command
 
 __all__ = [
     "MAX_TIMEOUT",
-    "RunningCommand",
     "Sandbox",
     "Sandboxes",
     "SessionOpener",
@@ -50,18 +46,6 @@ class TooManySandboxes(Exception):
     """The key already holds its maximum of running sandboxes."""
 
 
-@dataclass(slots=True)
-class RunningCommand:
-    """A command started through ``process.Process/Start`` that has not ended yet."""
-
-    command: Command
-    cmd: str
-    args: list[str]
-    envs: dict[str, str]
-    cwd: str
-    tag: str | None
-
-
 @dataclass(slots=True, eq=False)
 class Sandbox:
     """One E2B sandbox and the session behind it."""
@@ -79,7 +63,8 @@ class Sandbox:
     contexts: Contexts
     run_lock: anyio.Lock = field(default_factory=anyio.Lock)
     """Held across a context switch and the run it prepares."""
-    commands: dict[int, RunningCommand] = field(default_factory=dict)
+    commands: dict[int, Process] = field(default_factory=dict)
+    """Its running processes by pid; each leaves when it ends (``_processes``)."""
 
     @property
     def alive(self) -> bool:
@@ -148,9 +133,7 @@ class Sandboxes:
 
     async def kill(self, sandbox: Sandbox) -> None:
         self._by_id.pop(sandbox.id, None)
-        for running in list(sandbox.commands.values()):
-            running.command.close()
-        sandbox.commands.clear()
+        # Closing the session ends its processes and the tasks that follow them.
         await sandbox.session.close()
 
     async def sweep(self) -> None:

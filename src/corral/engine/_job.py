@@ -141,6 +141,8 @@ class Job:
         self.cancelled_explicitly = False
         self.worker: Worker | None = None
         self.restarted = False
+        self.kept = False
+        """A stopped session run whose interrupted code came back: its interpreter stays."""
         self.stop_reason = ""
         """Why the run was stopped, when the engine (not the caller) stopped it."""
         self.feed: Feed = NO_FEED
@@ -180,7 +182,7 @@ class Job:
         worker.drain(self.capture.stdout, self.capture.stderr)
 
     def stopped(self, outcome: Outcome, message: str, evidence: Evidence) -> ExecutionResult:
-        if self.worker is not None:
+        if self.worker is not None and not self.kept:
             self.drain(self.worker)
         return build_result(
             outcome, self.capture, self.limits, message=message, evidence=evidence, **self.timing()

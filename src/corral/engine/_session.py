@@ -4,13 +4,16 @@ Each session is a holder process (init of the session's namespaces, owner of a t
 the disk quota) and one interpreter at a time. Runs in a session are serialised; across
 sessions they share the engine's capacity. A run past its deadline interrupts the interpreter,
 then kills it with every process it started: variables go, files stay, and the result says
-the interpreter was restarted.
+the interpreter was restarted. A run may ask to keep the interpreter instead (Jupyter's
+interrupt, which E2B's contexts keep): then only an interpreter that does not come back from
+the interrupt within a short grace is restarted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import secrets
 import time
@@ -41,9 +44,14 @@ from corral.sandbox import Holder, Worker
 if TYPE_CHECKING:
     from corral.sandbox import Command
 
-__all__ = ["Session", "SessionManager"]
+__all__ = ["INTERRUPT_GRACE", "Session", "SessionManager"]
 
-_INTERRUPT_GRACE = 0.5  # seconds for interrupted code to run its finally blocks
+logger = logging.getLogger("corral.engine")
+
+INTERRUPT_GRACE = 2.0
+"""Seconds a stopped run's code has to come back from its interrupt (run its finally blocks,
+report) before its interpreter is killed and restarted."""
+_RESTART_GRACE = 0.5  # seconds for code to run its finally blocks before a restart kills it
 _CLOSE_GRACE = 5.0  # seconds for a run in progress to notice its session was killed
 _EXPIRY_TICK = 5.0  # seconds between idle-session sweeps
 
@@ -87,18 +95,37 @@ class _Interpreter:
             result = dataclasses.replace(result, restarted=True)
         return result
 
-    async def interrupted(self, job: Job) -> None:
-        # Deadline, cancel or a caller gone mid-run: the code may still be running. Interrupt
-        # it so its finally blocks run, then replace the interpreter (files stay).
+    async def interrupted(self, job: Job, *, keep_state: bool) -> None:
+        # Deadline, cancel or a caller gone mid-run: the code may still be running.
         worker = job.worker
         if worker is None or self.closed:
             return
-        worker.interrupt()
-        with anyio.move_on_after(_INTERRUPT_GRACE):
-            await worker.wait_readable()
+        if keep_state and await self._interrupt(worker, job):
+            job.kept = True
+            return
+        if not keep_state:
+            # Interrupt it so its finally blocks run, then replace the interpreter.
+            worker.interrupt()
+            with anyio.move_on_after(_RESTART_GRACE):
+                await worker.wait_readable()
         job.drain(worker)
         await self.discard()
         job.restarted = True
+
+    async def _interrupt(self, worker: Worker, job: Job) -> bool:
+        """KeyboardInterrupt in the code; True if the interpreter reported back in time.
+
+        Its report is read as any other (bounded by the run's limits) and its output goes to
+        this run, so nothing of it reaches the next one.
+        """
+        with anyio.move_on_after(INTERRUPT_GRACE):
+            try:
+                await self.holder.interrupt_interpreter()
+                await worker.settle(job.capture.stdout, job.capture.stderr)
+            except WorkerError:
+                return False
+            return True
+        return False
 
     async def discard(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -115,6 +142,8 @@ class _Interpreter:
             return job.stopped(outcome, "the session was closed while the code ran", evidence)
         if job.worker is None:
             message = f"{what} before the code started; the session is unchanged"
+        elif job.kept:
+            message = f"{what}; the code was interrupted: variables and files are kept"
         else:
             message = f"{what}; the interpreter was restarted: variables are lost, files are kept"
         return job.stopped(outcome, message, evidence)
@@ -132,6 +161,31 @@ class _Interpreter:
             self.worker.close()
             self.worker = None
         self.holder.close()
+
+
+@dataclasses.dataclass(slots=True, frozen=True)
+class _Run:
+    """One run's view of its session's interpreter: what a stop leaves of it."""
+
+    interpreter: _Interpreter
+    keep_state: bool
+
+    def serial(self) -> contextlib.AbstractAsyncContextManager[object]:
+        return self.interpreter.serial()
+
+    def closing(self) -> anyio.Event:
+        return self.interpreter.closing()
+
+    async def execute(
+        self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
+    ) -> ExecutionResult:
+        return await self.interpreter.execute(job, code, inputs, evidence)
+
+    async def interrupted(self, job: Job) -> None:
+        await self.interpreter.interrupted(job, keep_state=self.keep_state)
+
+    def stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
+        return self.interpreter.stopped(job, evidence)
 
 
 class Session:
@@ -161,6 +215,7 @@ class Session:
         self._data_fd = holder.open_data_dir()
         self.files = SessionFiles(self._data_fd, holder.outer_id, holder.outer_id, disk_bytes)
         self._on_close = on_close
+        self._background: set[anyio.CancelScope] = set()
 
     async def __aenter__(self) -> Session:
         return self
@@ -205,6 +260,7 @@ class Session:
         cancel: anyio.Event | None = None,
         tenant: str = "",
         cwd: str | None = None,
+        keep_state: bool = False,
     ) -> ExecutionResult:
         """Run ``code`` in this session's interpreter; state persists between runs.
 
@@ -214,6 +270,13 @@ class Session:
         working directory inside the sandbox for this run (``/home/user`` names the session
         folder too); None: ``/mnt/data``.
 
+        A run stopped by its deadline or ``cancel`` restarts the interpreter (variables go,
+        files stay: DIAL's semantics). With ``keep_state`` it is interrupted instead, as a
+        Jupyter kernel is: KeyboardInterrupt in the code, and if the interpreter reports back
+        within ``INTERRUPT_GRACE`` seconds it stays, with its variables and the processes it
+        started; if not (code that ignores the interrupt) it is restarted after all. Either
+        way the result is the usual ``timeout`` or ``cancelled`` one; ``restarted`` says which.
+
         Raises:
             SessionClosed: the session was closed or expired.
             EngineClosed: the engine is not running.
@@ -222,7 +285,7 @@ class Session:
         self.touch()
         try:
             return await self._runs.run(
-                self._interpreter,
+                _Run(self._interpreter, keep_state),
                 code,
                 inputs=(),
                 limits=limits or self.limits,
@@ -244,10 +307,12 @@ class Session:
         on_event: RunEventSink | None = None,
         cancel: anyio.Event | None = None,
         tenant: str = "",
+        keep_state: bool = False,
     ) -> AsyncGenerator[OutputEvent | ExecutionResult, None]:
         """Run ``code`` as ``run`` does; yield its OutputEvents, then its ExecutionResult.
 
-        Leaving the loop early cancels the run (which restarts the interpreter).
+        Leaving the loop early cancels the run (which restarts the interpreter, or with
+        ``keep_state`` interrupts it).
 
         Raises:
             SessionClosed: the session was closed or expired.
@@ -258,7 +323,7 @@ class Session:
         def start(listener: OutputListener, stop: anyio.Event) -> Awaitable[ExecutionResult]:
             return self.run(
                 code, limits=limits, on_event=on_event, cancel=stop, on_output=listener,
-                tenant=tenant,
+                tenant=tenant, keep_state=keep_state,
             )  # fmt: skip
 
         return iterate(self._runs.background(), start, cancel)
@@ -281,6 +346,31 @@ class Session:
         return await self._interpreter.holder.start_command(
             argv, env, cwd, memory_bytes=self.limits.memory_bytes, cpu_seconds=cpu_seconds
         )
+
+    def background(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work`` in the engine, beyond the call that starts it (the output pump of a
+        command that outlives its client); it is cancelled when the session closes. Its
+        failure is logged, never raised into the engine.
+
+        Raises:
+            SessionClosed: the session was closed or expired.
+            EngineClosed: the engine is not running.
+        """
+        self._interpreter.check_open()
+        task_group = self._runs.background()
+        scope = anyio.CancelScope()
+        self._background.add(scope)
+
+        async def guarded() -> None:
+            try:
+                with scope:
+                    await work()
+            except Exception:
+                logger.exception("background work of session %s failed", self.id)
+            finally:
+                self._background.discard(scope)
+
+        task_group.start_soon(guarded)
 
     async def put_file(self, path: str, data: bytes | AsyncIterable[bytes]) -> FileInfo:
         self._interpreter.check_open()
@@ -315,6 +405,8 @@ class Session:
         """Stop the interpreter and the holder; the session's files are deleted. Idempotent."""
         if self.closed:
             return
+        for scope in list(self._background):
+            scope.cancel()
         await self._interpreter.close()
         with contextlib.suppress(OSError):
             os.close(self._data_fd)

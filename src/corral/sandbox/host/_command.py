@@ -14,6 +14,7 @@ from collections.abc import Callable
 import anyio
 
 from corral.errors import WorkerCrashed
+from corral.sandbox.host._worker import release
 
 __all__ = ["Command"]
 
@@ -98,18 +99,24 @@ class Command:
             self._err = None
 
     async def write_stdin(self, data: bytes) -> None:
+        """Raises: BrokenPipeError once stdin is closed (by us or by the command)."""
         view = memoryview(data)
-        while view and self._stdin is not None:
-            await anyio.wait_writable(self._stdin)
+        while view:
+            fd = self._stdin
+            if fd is None:
+                raise BrokenPipeError("the command's stdin is closed")
+            await anyio.wait_writable(fd)
+            if self._stdin != fd:
+                continue
             try:
-                view = view[os.write(self._stdin, view) :]
+                view = view[os.write(fd, view) :]
             except BlockingIOError:
                 continue
 
     def close_stdin(self) -> None:
         if self._stdin is not None:
-            os.close(self._stdin)
-            self._stdin = None
+            fd, self._stdin = self._stdin, None
+            release(fd)  # a write waiting on it (another request) ends, never meets a reused fd
 
     async def wait(self) -> int:
         """The exit code (negative: the signal that ended it).

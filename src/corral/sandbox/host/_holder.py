@@ -43,6 +43,7 @@ class Holder:
         self._err = err_fd
         self.interpreter_alive = False
         self.closed = False
+        self._interrupts = 0
         ctl.setblocking(False)
 
     async def _next(self) -> dict[str, Any]:
@@ -175,6 +176,24 @@ class Holder:
     def _signal_command(self, pid: int, signum: int) -> None:
         with contextlib.suppress(OSError):
             self._ctl.send(json.dumps({"t": "signal", "pid": pid, "signal": signum}).encode())
+
+    async def interrupt_interpreter(self) -> None:
+        """SIGINT to the interpreter; returns once the holder has sent it, so the signal is
+        pending there before the engine reads on (never left to land in a later run).
+
+        Raises:
+            WorkerCrashed: the holder is gone or did not answer.
+        """
+        self._interrupts += 1
+        number = self._interrupts
+        try:
+            self._ctl.send(json.dumps({"t": "interrupt", "n": number}).encode())
+        except OSError as exc:
+            raise WorkerCrashed(f"the session holder is gone: {exc}") from exc
+        while True:
+            message = await self._next()
+            if message.get("t") == "interrupted" and message.get("n") == number:
+                return
 
     def _signal_interpreter(self, signum: int) -> None:
         kind = "interrupt" if signum == signal.SIGINT else "kill"

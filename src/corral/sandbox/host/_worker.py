@@ -14,7 +14,7 @@ import contextlib
 import os
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -82,6 +82,8 @@ class Worker:
         self._out = out_fd
         self._err = err_fd
         self._frames = FrameBuffer()
+        self._pending: tuple[RunReader, Callable[[], None]] | None = None
+        """The reader of the request in flight, kept so an interrupted run can be settled."""
         self.inputs_fd: int | None = None
         self.killed = False
         self.closed = False
@@ -222,14 +224,41 @@ class Worker:
             WorkerProtocolError: it sent something malformed, out of order or over the
                 run's limits; nothing more is read from it.
         """
+
+        async def exchange() -> WorkerReport:
+            await self._send(encode_message(request))
+            self._pending = (RunReader(request.limits, on_display), on_started)
+            return await self._collect()
+
+        return await self._pumping(exchange, stdout, stderr)
+
+    async def settle(self, stdout: OutputSink, stderr: OutputSink) -> WorkerReport:
+        """Read the rest of a request whose ``execute`` was cancelled after it was sent (an
+        interrupted session run), checked as ``execute`` checks it; bound the wait outside.
+
+        Raises:
+            WorkerCrashed: the worker died or closed its socket before reporting.
+            WorkerProtocolError: no request was in flight, or the rest broke the protocol.
+        """
+        if self._pending is None:
+            raise WorkerProtocolError("the worker has no request in flight")
+        return await self._pumping(self._collect, stdout, stderr)
+
+    async def _pumping(
+        self,
+        exchange: Callable[[], Awaitable[WorkerReport]],
+        stdout: OutputSink,
+        stderr: OutputSink,
+    ) -> WorkerReport:
         report: WorkerReport | None = None
         failure: WorkerError | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._pump, self._out, stdout)
             tg.start_soon(self._pump, self._err, stderr)
             try:
-                report = await self._exchange(request, on_started, on_display)
+                report = await exchange()
             except WorkerError as exc:  # raised here, not from the group, to stay unwrapped
+                self._pending = None
                 failure = exc
             finally:
                 tg.cancel_scope.cancel()
@@ -240,14 +269,9 @@ class Worker:
         assert report is not None
         return report
 
-    async def _exchange(
-        self,
-        request: RunRequest,
-        on_started: Callable[[], None],
-        on_display: Callable[[dict[str, Any]], None],
-    ) -> WorkerReport:
-        await self._send(encode_message(request))
-        reader = RunReader(request.limits, on_display)
+    async def _collect(self) -> WorkerReport:
+        assert self._pending is not None
+        reader, on_started = self._pending
         while not reader.finished:
             frame = self._frames.next(reader.bound)
             if frame is None:
@@ -258,6 +282,7 @@ class Worker:
             reader.accept(*frame)
             if reader.started and not was_started:
                 on_started()
+        self._pending = None
         assert reader.done is not None
         return WorkerReport(reader.done, reader.display, reader.contents)
 

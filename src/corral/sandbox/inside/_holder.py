@@ -100,8 +100,12 @@ def holder_main(
                 if kind == "start" and interpreter is None and len(fds) == 3:
                     interpreter = _start_interpreter(fds, cwd, seccomp_bpf, static)
                     send(control, {"t": "started"})
-                elif kind == "interrupt" and interpreter is not None:
-                    os.kill(interpreter, signal.SIGINT)
+                elif kind == "interrupt":
+                    if interpreter is not None:
+                        os.kill(interpreter, signal.SIGINT)
+                    number = message.get("n")
+                    if isinstance(number, int):  # the engine waits for it (host/_holder)
+                        send(control, {"t": "interrupted", "n": number})
                 elif kind == "exec":
                     commands.start(message, fds, cwd)
                 elif kind == "signal":

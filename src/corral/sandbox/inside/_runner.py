@@ -37,7 +37,7 @@ from corral.sandbox._protocol import (
     read_frame_sync,
     write_frames_sync,
 )
-from corral.sandbox.inside import _feed, _isolate
+from corral.sandbox.inside import _feed, _interrupt, _isolate
 from corral.sandbox.inside._cell import CellOutput, Display, execute_cell, no_input, prepare_script
 from corral.sandbox.inside._fitting import DisplaySender, clip, fit_result
 from corral.sandbox.inside._walk import collect_files
@@ -168,6 +168,20 @@ def _write(*frames: bytes) -> None:
         write_frames_sync(PROTOCOL_FD, *frames)
 
 
+def _interruptible(code: str, namespace: dict[str, Any], filename: str) -> CellOutput:
+    """A session's cell, which the engine may interrupt (``_interrupt``)."""
+    try:
+        _interrupt.arm()
+        return execute_cell(code, namespace, DISPLAY, _on_error, filename)
+    except KeyboardInterrupt:
+        # It landed after the cell caught everything else (rendering figures, returning).
+        output = CellOutput()
+        output.error = {"type": "KeyboardInterrupt", "message": "", "traceback": ""}
+        return output
+    finally:
+        _interrupt.install()  # disarmed, and no handler of the code's runs between requests
+
+
 def _serve_one(request: RunRequest, namespace: dict[str, Any], cwd: str, session: bool) -> None:
     limits = request.limits
     _isolate.bound_run(
@@ -195,7 +209,10 @@ def _serve_one(request: RunRequest, namespace: dict[str, Any], cwd: str, session
         ceiling=limits.output_chars,
     )
     _write(_STARTED)
-    output = execute_cell(request.code, namespace, DISPLAY, _on_error, filename)
+    if session:
+        output = _interruptible(request.code, namespace, filename)
+    else:
+        output = execute_cell(request.code, namespace, DISPLAY, _on_error, filename)
     _flush()
     frames = _report(limits, output, cwd, session, before)
     with _WRITE:
@@ -273,12 +290,17 @@ def serve(
         file_bytes=static["file_bytes"],
         open_files=static["open_files"],
     )
+    if session:
+        _interrupt.install(PROTOCOL_FD)
     _send_ready(inputs_fd)
     if inputs_fd is not None:
         os.close(inputs_fd)
     while True:
         try:
-            request = decode_request(read_frame_sync(PROTOCOL_FD, _MAX_REQUEST))
+            frame = read_frame_sync(PROTOCOL_FD, _MAX_REQUEST)
+            if session:
+                _interrupt.begin()
+            request = decode_request(frame)
         except EOFError:
             return
         _serve_one(request, namespace, cwd, session)
