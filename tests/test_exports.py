@@ -24,13 +24,14 @@ PACKAGES = [
 @pytest.mark.parametrize("name", PACKAGES)
 def test_exports_are_complete_and_named_by_their_public_path(name: str) -> None:
     package = importlib.import_module(name)
+    values = {attr: getattr(package, attr) for attr in package.__all__}  # loads lazy names
     public = {
         attr for attr, value in vars(package).items()
         if not attr.startswith("_") and not isinstance(value, types.ModuleType)
     }  # fmt: skip
     assert set(package.__all__) == public
-    for attr in package.__all__:
-        value = getattr(package, attr)
+    assert set(dir(package)) >= public
+    for attr, value in values.items():
         if isinstance(value, type | types.FunctionType):
             assert value.__module__ == name, attr
 

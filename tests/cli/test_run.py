@@ -6,8 +6,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from corral.cli import main
+from corral.sandbox.host import _launch
+from corral.sandbox.host import _zygote as host_zygote
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
 NORTHSTAR = Path(__file__).resolve().parents[2] / "examples" / "northstar.xlsx"
@@ -227,3 +232,71 @@ def test_a_source_is_readable_under_its_own_name(tmp_path: Path) -> None:
     code = "import pandas as pd\nprint(pd.read_csv('scores.csv').score.sum())"
     done = corral("run", "--source", str(scores), "-c", code)
     assert (done.returncode, done.stdout) == (0, "7\n"), done.stderr
+
+
+def test_run_adopts_the_zygote_it_started_ahead_of_the_engine(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In process, to watch the adoption: the zygote must be the one started before the
+    # engine was imported, or its head start (and the 0.4 s of issue 10) is lost.
+    adopted: list[bool] = []
+
+    def watched(config: dict[str, Any]) -> Any:
+        found = _launch.adopt(config)
+        adopted.append(found is not None)
+        return found
+
+    monkeypatch.setattr(host_zygote, "adopt", watched)
+    for code in ("print(6 * 7)", "import numpy\nprint(numpy.int64(42))"):
+        with pytest.raises(SystemExit) as exited:
+            main(["run", "-c", code])
+        assert exited.value.code == 0
+        assert capsys.readouterr().out == "42\n"
+    assert adopted == [True, True]  # the lean choice and the full one alike
+    assert _launch._early == []
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly() -> None:
+    # `corral run ... | head -1`: two-byte characters, so the streamed 64,000 (the ceiling)
+    # overflow the pipe's buffer and writes after the reader has gone fail with EPIPE.
+    code = "for i in range(20000):\n    print('é' * 50)"
+    process = subprocess.Popen(
+        [CORRAL, "run", "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().decode() == "é" * 50 + "\n"
+    process.stdout.close()
+    _out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert b"Traceback" not in err
+    assert b"BrokenPipeError" not in err
+
+
+def test_the_run_is_a_full_sandbox() -> None:
+    # What corral run leaves out for speed (pool, warm-up, IPython, a compiled policy) must
+    # not be isolation: the worker sees itself as init of its own namespaces, unprivileged,
+    # under the seccomp allowlist, with its rlimits and a masked /proc, and the host's
+    # processes are invisible.
+    code = (
+        "import json, os, resource\n"
+        "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
+        "status = {k: v.strip() for k, v in status.items()}\n"
+        "print(json.dumps({'pid': os.getpid(), 'uid': os.getuid(), 'status': status,\n"
+        "  'pids': [p for p in os.listdir('/proc') if p.isdigit()],\n"
+        "  'nproc': resource.getrlimit(resource.RLIMIT_NPROC)[0],\n"
+        "  'loadavg': open('/proc/loadavg').read(), 'cmdline': open('/proc/cmdline').read()}))"
+    )
+    done = corral("run", "--timeout", "20", "-c", code)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert (seen["pid"], seen["uid"], seen["pids"]) == (1, 1000, ["1"])
+    status = seen["status"]
+    assert (status["Seccomp"], status["NoNewPrivs"]) == ("2", "1")
+    assert int(status["CapEff"], 16) == 0
+    assert 0 < seen["nproc"] <= 1024
+    assert (seen["loadavg"], seen["cmdline"]) == ("0.00 0.00 0.00 1/1 1\n", "")  # masked
+    unshare = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.unshare(0x10000000), ctypes.get_errno())"
+    )
+    assert corral("run", "-c", unshare).stdout == "-1 1\n"  # EPERM from the allowlist

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from corral._limits import Limits
 from corral.engine import Engine, Input
 from corral.engine._supply import stdlib_only
+
+LIMITS = Limits(timeout=10)
 
 
 @pytest.mark.parametrize(
@@ -37,3 +42,30 @@ async def test_runs_go_to_the_zygote_their_imports_need(engine: Engine) -> None:
     assert with_input.result == {"text/plain": "True"}  # sources go to the full runtime
     dynamic = await engine.run("__import__('numpy').arange(3).sum()")
     assert (dynamic.outcome, dynamic.result) == ("ok", {"text/plain": "np.int64(3)"})
+
+
+@pytest.mark.anyio
+@pytest.mark.isolation
+async def test_the_start_up_probe_worker_is_the_pools_first() -> None:
+    async with Engine(capacity=1, pool_size=1, lean=False, preload=(), limits=LIMITS) as engine:
+        assert engine._pool is not None
+        stats = engine._pool.statistics()
+        assert (stats.ready, stats.spawned) == (1, 0)  # ready, and the pool made none itself
+        result = await engine.run("print(6 * 7)")
+        assert (result.outcome, result.stdout) == ("ok", "42\n")
+
+
+@pytest.mark.anyio
+@pytest.mark.isolation
+async def test_without_a_pool_each_run_gets_a_worker_made_for_it() -> None:
+    one_run: dict[str, Any] = {"pool_size": 0, "prewarm": False, "lean": False, "preload": ()}
+    async with Engine(capacity=1, limits=LIMITS, **one_run) as engine:  # corral run's
+        pool = engine._pool
+        assert pool is not None
+        assert (pool.statistics().ready, pool.statistics().spawned) == (1, 0)  # the probe's
+        for made in (0, 1, 2):
+            result = await engine.run("import os\nos.getpid()")
+            assert (result.outcome, result.result) == ("ok", {"text/plain": "1"})
+            # The first run took the probe's worker; each later one a worker of its own, and
+            # no spare is ever made.
+            assert (pool.statistics().ready, pool.statistics().spawned) == (0, made)

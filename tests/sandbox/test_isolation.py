@@ -32,13 +32,19 @@ SECRET_NAME = f"SERVER_SECRET_{secrets.token_hex(4).upper()}"
 SECRET_VALUE = f"do-not-leak-{secrets.token_hex(16)}"
 
 
-@pytest.fixture(scope="module")
-async def engine() -> AsyncIterator[Engine]:
+ONE_RUN: dict[str, Any] = {"pool_size": 0, "prewarm": False, "lean": False, "preload": ()}
+"""The engine ``corral run`` starts: no spare worker, nothing loaded or warmed up ahead."""
+
+
+@pytest.fixture(scope="module", params=["server", "corral-run"])
+async def engine(request: pytest.FixtureRequest) -> AsyncIterator[Engine]:
+    # Every test on both engines: what corral run leaves out for speed must not be isolation.
     # The secret is in the server's environment before the zygote starts, as a real
     # deployment's API keys would be.
+    shape = ONE_RUN if request.param == "corral-run" else {}
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(SECRET_NAME, SECRET_VALUE)
-        async with Engine(capacity=2, limits=LIMITS) as started:
+        async with Engine(capacity=2, limits=LIMITS, **shape) as started:
             yield started
 
 

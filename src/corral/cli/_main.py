@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from corral.errors import ConfigError, CorralError, IsolationError
 
@@ -142,7 +145,13 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     Start-up failures (configuration, a port in use, no isolation) are one line on stderr
     and exit code 2; the traceback would say nothing more to the person who typed it.
+
+    Without ``argv`` (the console script) it owns the process, and ``corral run`` leaves
+    without the interpreter's teardown once its output is flushed: its engine is closed and
+    its zygote reaped by then, and freeing every module's objects one by one costs the
+    command a tenth of its wall time on a busy machine.
     """
+    owns_process = argv is None
     args = _parser().parse_args(argv)
     try:
         code = _dispatch(args)
@@ -163,7 +172,20 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = EXIT_OK
         else:
             raise
+    if owns_process and args.command == "run":
+        _exit_now(code)
     sys.exit(code)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Flush what is buffered, then end the process at once."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader gone (`| head`) or a stream closed above
+            continue
+    os._exit(code)
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -7,16 +7,20 @@ import base64
 import binascii
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import anyio
-
-from corral import _fs
 from corral._config import Config
+from corral._uids import DEFAULT_UID_RANGE, UidRange
 from corral.cli._main import EXIT_INVALID, EXIT_OK, EXIT_OTHER, EXIT_PYTHON_ERROR
-from corral.engine import Engine, ExecutionResult, Input, OutputEvent, stdlib_only
+from corral.engine import stdlib_only
 from corral.errors import CorralError, SourceError
+from corral.sandbox import DEFAULT_PRELOAD, prelaunched
+
+if TYPE_CHECKING:
+    from corral.engine import ExecutionResult, Input, OutputEvent
 
 __all__ = ["run_command"]
 
@@ -40,6 +44,8 @@ def _read_code(args: argparse.Namespace) -> str:
 
 
 def _inputs(paths: list[str]) -> tuple[list[Input], dict[str, str]]:
+    if not paths:
+        return [], {}  # ingestion's readers (openpyxl, numpy) cost more than most runs
     from corral.sources import SourceRegistry
 
     registry = SourceRegistry()
@@ -62,6 +68,8 @@ def _save_outputs(result: ExecutionResult, out_dir: Path) -> list[str]:
     File names come from the sandbox, so they are written through the confined helpers: a
     name that would leave ``out_dir`` or pass a link there is skipped, never followed.
     """
+    from corral import _fs
+
     notes: list[str] = []
     out_dir.mkdir(parents=True, exist_ok=True)
     for info in result.files:
@@ -95,12 +103,18 @@ def _save_outputs(result: ExecutionResult, out_dir: Path) -> list[str]:
 
 def _print_live(event: OutputEvent) -> None:
     """Write stdout and stderr as the run produces them (displays are listed at the end)."""
-    if event.kind == "stdout":
-        sys.stdout.write(event.text)
-        sys.stdout.flush()
-    elif event.kind == "stderr":
-        sys.stderr.write(event.text)
-        sys.stderr.flush()
+    if event.kind not in ("stdout", "stderr"):
+        return
+    stream = sys.stdout if event.kind == "stdout" else sys.stderr
+    try:
+        stream.write(event.text)
+        stream.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): the rest of the run's output goes nowhere, as a
+        # script's would, and the run still ends with its own exit code.
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
 
 
 def _print_human(result: ExecutionResult, saved: list[str] | None, *, streamed: bool) -> None:
@@ -155,22 +169,36 @@ def run_command(args: argparse.Namespace) -> int:
 
     # One run, one zygote: code that imports only the standard library needs none of the
     # preloaded packages (whose import is most of an engine's start), other code no lean one.
-    lean = stdlib_only(code)
+    preload = () if stdlib_only(code) else DEFAULT_PRELOAD
+    uids = UidRange(*config.uid_range) if config.uid_range else DEFAULT_UID_RANGE
 
-    async def once() -> ExecutionResult:
-        engine = (
-            Engine(capacity=1, pool_size=1, limits=limits, lean=False, preload=())
-            if lean
-            else Engine(capacity=1, pool_size=1, limits=limits, lean=False)
-        )
-        async with engine:
-            # Live output for a person at a terminal; --json prints one document at the end.
-            listener = None if args.json else _print_live
-            return await engine.run(
-                code, inputs=inputs, limits=limits, argv=_argv(args), on_output=listener
+    # The zygote starts first, on another CPU, while this process imports anyio and the
+    # engine; the engine adopts it (the full zygote's share of the uids, as Engine splits them).
+    with prelaunched(preload=preload, uids=uids.split()[0], prewarm=False):
+        import anyio
+
+        from corral.engine import Engine
+
+        async def once() -> ExecutionResult:
+            # Nothing for a second run: the probe's worker serves this one, no spare is made,
+            # and the zygote warms nothing up for workers that will never exist.
+            engine = Engine(
+                capacity=1,
+                pool_size=0,
+                prewarm=False,
+                lean=False,
+                preload=preload,
+                uid_range=uids,
+                limits=limits,
             )
+            async with engine:
+                # Live output for a person at a terminal; --json prints one document at the end.
+                listener = None if args.json else _print_live
+                return await engine.run(
+                    code, inputs=inputs, limits=limits, argv=_argv(args), on_output=listener
+                )
 
-    result = anyio.run(once)
+        result = anyio.run(once)
     saved = None
     if args.out_dir is not None:
         try:

@@ -64,6 +64,11 @@ class Engine:
 
     Use as ``async with Engine() as engine:``; ``run`` returns an ``ExecutionResult`` for every
     per-call failure and raises only ``EngineClosed``.
+
+    For an engine that serves one run (``corral run``): ``pool_size=0`` keeps no spare worker
+    ready (each run gets one made for it, the first the start-up probe's), and
+    ``prewarm=False`` has the zygote load nothing ahead of that run (IPython's formatter on
+    first use, no warm-up of pages many workers would share).
     """
 
     def __init__(
@@ -82,6 +87,7 @@ class Engine:
         lean_preload: Sequence[str] = (),
         uid_range: tuple[int, int] | UidRange = DEFAULT_UID_RANGE,
         session_data_dir: str | os.PathLike[str] | None = None,
+        prewarm: bool = True,
     ) -> None:
         self.capacity = capacity or os.cpu_count() or 1
         self.limits = limits
@@ -101,9 +107,13 @@ class Engine:
         # outlive the holder, and the folder's own size, not session_disk_bytes, bounds them.
         self._uids = uids
         self._data_dir = None if session_data_dir is None else os.fspath(session_data_dir)
-        self._full = WorkerSupply(preload, limits, self._pool_size, full_uids, self._data_dir)
+        self._full = WorkerSupply(
+            preload, limits, self._pool_size, full_uids, self._data_dir, prewarm=prewarm
+        )
         self._lean = (
-            WorkerSupply(lean_preload, limits, self._pool_size, lean_uids) if lean else None
+            WorkerSupply(lean_preload, limits, self._pool_size, lean_uids, prewarm=prewarm)
+            if lean
+            else None
         )
         self._stack: contextlib.AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None

@@ -8,68 +8,44 @@ runtime on disk, a third of the fork cost. Anything else, and every session, use
 
 from __future__ import annotations
 
-import ast
-import functools
 import logging
 import os
 import stat
-import sys
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 import anyio.abc
 
 from corral._limits import Limits
 from corral._uids import UidRange
+from corral.engine._stdlib import stdlib_only
 from corral.engine._supervisor import Backoff
 from corral.errors import ConfigError, IsolationError, WorkerError
-from corral.sandbox import WarmPool, Zygote, doctor
+from corral.sandbox import WarmPool, Worker, Zygote, doctor
 
 __all__ = ["WorkerSupply", "stdlib_only"]
 
 logger = logging.getLogger("corral.engine")
 
-_STDLIB = frozenset(sys.stdlib_module_names)
 
-
-@functools.lru_cache(maxsize=256)  # batches and RL rewards run one program for many cases
-def stdlib_only(code: str) -> bool:
-    """True when every import the code states is of the standard library.
-
-    Dynamic imports still work from a lean worker, only without the preloaded head start.
-    """
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
-        return True  # it fails the same way anywhere: fail fast
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                return False
-            names = [node.module or ""]
-        else:
-            continue
-        if any(name.partition(".")[0] not in _STDLIB for name in names):
-            return False
-    return True
-
-
-async def _probe(zygote: Zygote) -> None:
+async def _probe(zygote: Zygote) -> Worker:
     """Refuse to start unless one worker can be built: a host without user namespaces (say)
-    must fail here, with a reason, rather than time out every run later."""
+    must fail here, with a reason, rather than time out every run later. The worker is the
+    pool's first."""
     try:
         worker = await zygote.spawn()
         try:
             await worker.wait_ready()
-        finally:
+        except BaseException:
             worker.close()
+            raise
     except WorkerError as exc:
         await zygote.aclose()
         raise IsolationError(
             f"cannot start an isolated worker ({exc}); `corral doctor` shows what is missing"
         ) from exc
+    return worker
 
 
 def prepare_data_dir(path: str) -> None:
@@ -121,8 +97,11 @@ class WorkerSupply:
         pool_size: int,
         uids: UidRange,
         session_data_dir: str | None = None,
+        *,
+        prewarm: bool = True,
     ) -> None:
         self.preload = tuple(preload)
+        self._prewarm = prewarm
         self._uids = uids
         self._session_data_dir = session_data_dir
         self._limits = limits
@@ -147,20 +126,16 @@ class WorkerSupply:
             "file_bytes": limits.file_bytes,
             "open_files": limits.open_files,
         }
-        # The option only when set: a stand-in zygote (tests' fake sandbox) need not know it.
-        zygote = (
-            Zygote(preload=self.preload, uids=self._uids, static=static)
-            if self._session_data_dir is None
-            else Zygote(
-                preload=self.preload,
-                uids=self._uids,
-                static=static,
-                data_dir=self._session_data_dir,
-            )
-        )
+        # Options only when set: a stand-in zygote (tests' fake sandbox) need not know them.
+        options: dict[str, Any] = {}
+        if self._session_data_dir is not None:
+            options["data_dir"] = self._session_data_dir
+        if not self._prewarm:
+            options["prewarm"] = False
+        zygote = Zygote(preload=self.preload, uids=self._uids, static=static, **options)
         try:
             await zygote.start(task_group)
-            await _probe(zygote)
+            probe = await _probe(zygote)
         except IsolationError as exc:
             await zygote.aclose()
             problems = "; ".join((await anyio.to_thread.run_sync(doctor)).problems)
@@ -171,7 +146,7 @@ class WorkerSupply:
             with anyio.CancelScope(shield=True):
                 await zygote.aclose()
             raise
-        pool = WarmPool(zygote, self._pool_size)
+        pool = WarmPool(zygote, self._pool_size, ready=probe)
         pool.set_running(self._running)
         await pool.run(task_group)
         self.zygote, self.pool = zygote, pool

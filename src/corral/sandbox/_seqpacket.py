@@ -1,7 +1,9 @@
 """One JSON message per SOCK_SEQPACKET packet, with file descriptors as SCM_RIGHTS.
 
 Used between trusted processes only: the engine and the zygote, the engine and a session
-holder. Worker traffic uses the framed protocol instead.
+holder. Worker traffic uses the framed protocol instead. The zygote and the holder use the blocking
+half only; the engine's async half imports anyio when it first has to wait, so that the
+zygote (and every worker forked from it) never loads it.
 """
 
 from __future__ import annotations
@@ -10,8 +12,6 @@ import array
 import json
 import socket
 from typing import Any
-
-import anyio
 
 __all__ = ["MAX_FDS", "MESSAGE_BYTES", "areceive", "asend", "receive", "send"]
 
@@ -63,6 +63,8 @@ async def asend(sock: socket.socket, message: dict[str, Any], fds: list[int] | N
             sock.sendmsg(payload, ancillary)
             return
         except BlockingIOError:
+            import anyio
+
             await anyio.wait_writable(sock)
 
 
@@ -76,6 +78,8 @@ async def areceive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int
             )
             break
         except BlockingIOError:
+            import anyio
+
             try:
                 await anyio.wait_readable(sock)
             except anyio.ClosedResourceError:

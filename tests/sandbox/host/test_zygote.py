@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
+import subprocess
+import sys
 
 import anyio
 import pytest
 
 from corral.sandbox import Zygote
+from corral.sandbox.host._zygote import _Reaped
 
 pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
 
@@ -52,3 +57,32 @@ async def test_a_wedged_zygote_is_killed_and_reaped() -> None:
     assert _gone(pid)
     assert zygote._process is not None
     assert zygote._process.returncode == -signal.SIGKILL
+
+
+def _reads_until_eof() -> tuple[socket.socket, _Reaped]:
+    """A child that exits at EOF on its stdin, as the zygote does on its control socket."""
+    ours, theirs = socket.socketpair()
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=theirs.fileno()
+    )
+    theirs.close()
+    return ours, _Reaped(child)
+
+
+async def test_its_exit_is_seen_after_the_control_socket_closes_under_a_watcher() -> None:
+    # The zygote's exit follows the close of its control socket, which the read loop was
+    # watching: a pidfd opened only then would take that descriptor's number, which the event
+    # loop still counts as watched, and the exit would go unseen until a grace ran out.
+    ours, process = _reads_until_eof()
+
+    async def watch() -> None:
+        with contextlib.suppress(anyio.ClosedResourceError):
+            await anyio.wait_readable(ours)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        await anyio.wait_all_tasks_blocked()
+        anyio.notify_closing(ours)
+        ours.close()
+        with anyio.fail_after(10):
+            assert await process.wait() == 0

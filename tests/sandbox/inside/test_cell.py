@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -265,3 +267,51 @@ async def test_chained_tracebacks_show_only_user_frames(engine: Engine) -> None:
     assert "corral" not in result.error.traceback
     assert "The above exception was the direct cause" in result.error.traceback
     assert 'File "<cell>", line 3, in f' in result.error.traceback
+
+
+@pytest.fixture(scope="module")
+async def one_run_engine() -> AsyncIterator[Engine]:
+    """corral run's engine: its zygote imports IPython only when a run first needs it."""
+    shape: dict[str, Any] = {"pool_size": 0, "prewarm": False, "lean": False, "preload": ()}
+    async with Engine(capacity=1, limits=LIMITS, **shape) as started:
+        yield started
+
+
+RICH = (
+    "import sys\n"
+    "before = 'IPython' in sys.modules\n"
+    "class Rich:\n"
+    "    def _repr_html_(self):\n"
+    "        return '<b>rich</b>'\n"
+    "    def __repr__(self):\n"
+    "        return 'Rich()'\n"
+    "display(Rich())\n"
+    "print(before)\n"
+    "Rich()"
+)
+
+
+async def test_a_formatter_loaded_on_first_use_renders_as_a_preloaded_one(
+    engine: Engine, one_run_engine: Engine
+) -> None:
+    preloaded = await engine.run(RICH, limits=LIMITS)
+    on_first_use = await one_run_engine.run(RICH, limits=LIMITS)
+    assert (preloaded.stdout, on_first_use.stdout) == ("True\n", "False\n")
+    bundle = {"text/plain": "Rich()", "text/html": "<b>rich</b>"}
+    for result in (preloaded, on_first_use):
+        assert result.outcome == "ok", result.stderr
+        assert (result.result, result.display) == (bundle, (bundle,))
+
+
+async def test_ipython_display_imported_before_first_use_is_routed(one_run_engine: Engine) -> None:
+    code = (
+        "import importlib\n"
+        "shown = importlib.import_module('IPython.display')\n"
+        "shown.display(shown.HTML('<i>x</i>'))\n"
+        "from IPython.core.display_functions import display as same\n"
+        "print(same is shown.display is display)"
+    )
+    result = await one_run_engine.run(code, limits=LIMITS)
+    assert (result.outcome, result.stdout) == ("ok", "True\n"), result.stderr
+    assert result.display == ({"text/plain": "<IPython.core.display.HTML object>",
+                               "text/html": "<i>x</i>"},)  # fmt: skip

@@ -2,7 +2,8 @@
 
 Refillers keep ``size`` workers ready so that fork, namespace set-up and pivot stay off the
 critical path of a run. Each worker serves one run and is destroyed; a ready worker whose
-zygote died is discarded when taken.
+zygote died is discarded when taken. A pool of size 0 keeps none ready: each run waits for a
+worker made for it (an engine that serves one run, the CLI's, wants no spare).
 """
 
 from __future__ import annotations
@@ -39,17 +40,24 @@ class WarmPool:
     refills wait for the runs to finish. Below the low-water mark they start at once.
     """
 
-    def __init__(self, zygote: Zygote, size: int, *, low_water: int = 1) -> None:
+    def __init__(
+        self, zygote: Zygote, size: int, *, low_water: int = 1, ready: Worker | None = None
+    ) -> None:
+        """``ready``: a worker made already (the engine's start-up probe), served first."""
         self._zygote = zygote
         self.size = size
         self._low_water = min(low_water, size)
-        self._send, self._receive = anyio.create_memory_object_stream[Worker](size)
+        self._send, self._receive = anyio.create_memory_object_stream[Worker](max(size, 1))
         self._slots = anyio.Semaphore(size)
         self._running = 0
         self._changed = anyio.Event()
         self._spawned = 0
         self._failed = 0
         self._last_error = ""
+        if ready is not None:
+            if size:
+                self._slots.acquire_nowait()  # it counts against the size like a refill
+            self._send.send_nowait(ready)
 
     async def run(self, task_group: anyio.abc.TaskGroup) -> None:
         for _ in range(self.size):
@@ -118,20 +126,35 @@ class WarmPool:
 
         Raises:
             WorkerError: a worker failed to be prepared while this call waited: the run fails
-                now, with the reason, instead of waiting out its deadline.
+                now, with the reason, instead of waiting out its deadline. In a pool of size
+                0: the worker made for this call failed.
         """
         failures = self._failed
         while True:
             try:
                 worker = self._receive.receive_nowait()
             except anyio.WouldBlock:
+                if not self.size:
+                    return await self._make()
                 if self._failed != failures:
                     raise WorkerError(f"no worker could be prepared: {self._last_error}") from None
                 await self._changed.wait()
                 continue
-            self._slots.release()
+            if self.size:
+                self._slots.release()
             self._wake()
             return worker
+
+    async def _make(self) -> Worker:
+        """A worker for the caller alone (a pool of size 0), its failure the caller's."""
+        worker = await self._zygote.spawn()
+        self._spawned += 1
+        try:
+            await worker.wait_ready()
+        except BaseException:
+            worker.close()
+            raise
+        return worker
 
     def close(self) -> None:
         self._send.close()

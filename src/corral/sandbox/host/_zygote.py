@@ -13,37 +13,26 @@ import logging
 import os
 import signal
 import socket
-import sys
+import subprocess
 import weakref
-from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
 
-import corral
 from corral._uids import DEFAULT_UID_RANGE, UidRange
 from corral.errors import IsolationError, ZygoteUnavailable
 from corral.sandbox._seqpacket import areceive, asend
 from corral.sandbox.host._holder import Holder
-from corral.sandbox.host._runtime import private_dir, runtime_dir
+from corral.sandbox.host._launch import DEFAULT_PRELOAD, adopt, launch, zygote_config
 from corral.sandbox.host._worker import Worker
-from corral.sandbox.inside._isolate import SANDBOX_ENV
 
 __all__ = ["DEFAULT_PRELOAD", "Zygote"]
 
 logger = logging.getLogger("corral.sandbox")
 
-DEFAULT_PRELOAD = ("numpy", "pandas", "matplotlib")
 _START_TIMEOUT = 120.0  # seconds; the first import of pandas and matplotlib can be slow
 _SPAWN_TIMEOUT = 10.0  # seconds for the zygote to clone; it only ever forks
-# Only where corral itself lives joins the zygote's path: the rest of the caller's sys.path
-# (a script's folder, say) is no business of the sandbox.
-_BOOTSTRAP = (
-    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-    "from corral.sandbox.inside._zygote import main; main()"
-)
-_CORRAL_PARENT = str(Path(corral.__file__).resolve().parent.parent)
 # Staged shutdown. Closing the control socket is the zygote's signal to exit, which it does at
 # once (os._exit; its workers die with it by their parent-death signal): a healthy zygote is
 # gone within the first grace. A wedged one gets SIGTERM, then SIGKILL, which cannot be
@@ -52,6 +41,60 @@ _CORRAL_PARENT = str(Path(corral.__file__).resolve().parent.parent)
 _EXIT_GRACE = 2.0  # seconds after the control socket closes
 _TERM_GRACE = 1.0  # seconds after SIGTERM
 _REAP_TIMEOUT = 5.0  # seconds after SIGKILL
+
+
+class _Reaped(anyio.abc.Process):
+    """A zygote started by ``subprocess.Popen`` (perhaps before an event loop ran), waited
+    for through a pidfd. Signals go through ``Popen``, which never signals a reaped pid."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        # Opened now, not when waiting: a descriptor opened in aclose could take the number of
+        # the control socket just closed, which the event loop may still be watching.
+        self._pidfd: int | None = os.pidfd_open(popen.pid)
+        self._waiting = anyio.Lock()  # one waiter on the descriptor at a time
+
+    async def wait(self) -> int:
+        async with self._waiting:
+            while (code := self._popen.poll()) is None:
+                assert self._pidfd is not None  # closed only once it has been reaped
+                await anyio.wait_readable(self._pidfd)  # readable once it has exited
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+            return code
+
+    async def aclose(self) -> None:
+        await self.wait()
+
+    def terminate(self) -> None:
+        self._popen.terminate()
+
+    def kill(self) -> None:
+        self._popen.kill()
+
+    def send_signal(self, signal: int) -> None:
+        self._popen.send_signal(signal)
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll()
+
+    @property
+    def stdin(self) -> None:
+        return None
+
+    @property
+    def stdout(self) -> None:
+        return None
+
+    @property
+    def stderr(self) -> None:
+        return None
 
 
 class Zygote:
@@ -64,7 +107,11 @@ class Zygote:
         uids: UidRange = DEFAULT_UID_RANGE,
         static: dict[str, int] | None = None,
         data_dir: str | None = None,
+        prewarm: bool = True,
     ) -> None:
+        self._prewarm = prewarm
+        """False for a zygote that serves one run: it imports IPython on first use and
+        skips the warm-up that many workers share."""
         self._data_dir = data_dir
         """A host folder session holders bind as their data dir instead of a tmpfs."""
         self._static = static or {
@@ -91,37 +138,16 @@ class Zygote:
             IsolationError: the zygote could not build the sandbox on this host.
             ZygoteUnavailable: it died or did not answer in time.
         """
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        # Workers are forks of the zygote, and /proc/self/environ shows the block it was
-        # started with: it gets the sandbox's environment and nothing of the server's.
-        env = dict(SANDBOX_ENV)
-        cache = await anyio.to_thread.run_sync(lambda: private_dir(runtime_dir(), "cache"))
-        config = {
-            "t": "config",
-            "preload": list(self._preload),
-            "uids": [self._uids.first, self._uids.count],
-            "cache_dir": str(cache),
-            **({"data_dir": self._data_dir} if self._data_dir else {}),
-        }
-        try:
-            # Its own session: a terminal's Ctrl-C is for the server, which stops the zygote.
-            # Its control socket is its stdin, its configuration the first message on it.
-            self._process = await anyio.open_process(
-                [sys.executable, "-s", "-P", "-c", _BOOTSTRAP, _CORRAL_PARENT],
-                stdin=theirs.fileno(),
-                stdout=None,
-                stderr=None,
-                env=env,
-                start_new_session=True,
+        config = await anyio.to_thread.run_sync(
+            lambda: zygote_config(
+                preload=self._preload,
+                uids=self._uids,
+                data_dir=self._data_dir,
+                prewarm=self._prewarm,
             )
-        finally:
-            theirs.close()
-        ours.setblocking(False)
-        self._ctl = ours
-        try:
-            await asend(ours, config)
-        except OSError as exc:
-            raise ZygoteUnavailable(f"the zygote exited during start-up: {exc}") from exc
+        )
+        launched = adopt(config) or launch(config)
+        self._process, self._ctl = _Reaped(launched.process), launched.ctl
         with anyio.move_on_after(_START_TIMEOUT):
             message, _ = await self._receive()
             if message is None:

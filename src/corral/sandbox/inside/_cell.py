@@ -11,14 +11,19 @@ from __future__ import annotations
 import ast
 import base64
 import builtins
+import contextlib
+import importlib.machinery
 import io
 import linecache
 import os
 import sys
 import traceback
 import types
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    import importlib.abc
 
 __all__ = [
     "Cell",
@@ -42,6 +47,9 @@ class Display:
 
     def __init__(self) -> None:
         self.formatter: Any = None
+        """IPython's DisplayFormatter; None until ``install_display`` loads it."""
+        self.load_formatter: Callable[[], None] | None = None
+        """Loads the formatter on first use, when ``install_display`` was told to wait."""
         self.bundles: list[dict[str, Any]] = []
         self.omitted = 0
         self.max_items = 16
@@ -58,6 +66,8 @@ class Display:
         self._bytes = 0
 
     def bundle(self, obj: Any, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        if self.formatter is None and self.load_formatter is not None:
+            self.load_formatter()
         data, _metadata = self.formatter.format(obj, include=include, exclude=exclude)
         return {mime: _jsonable(value) for mime, value in data.items()}
 
@@ -99,12 +109,33 @@ def _figure_png(figure: Any) -> bytes:
     return buffer.getvalue()
 
 
-def install_display(display: Display) -> None:
-    """Wire IPython's formatter, IPython's display() and matplotlib's show() to ``display``."""
+def install_display(display: Display, *, load_now: bool = True) -> None:
+    """Wire IPython's formatter, IPython's display() and matplotlib's show() to ``display``.
+
+    With ``load_now`` False (a zygote that serves one run), IPython, the costliest import of
+    a standard-library run, is imported only when a value is first formatted or when the code
+    imports IPython's display functions itself, which are then routed here all the same.
+    """
+    builtins.display = display  # type: ignore[attr-defined]
+    if load_now:
+        _load_formatter(display)
+        return
+    hook = _RouteOnImport(display)
+
+    def load() -> None:
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(hook)
+        display.load_formatter = None
+        _load_formatter(display)
+
+    display.load_formatter = load
+    sys.meta_path.insert(0, hook)
+
+
+def _load_formatter(display: Display) -> None:
     from IPython.core.formatters import DisplayFormatter
 
     display.formatter = DisplayFormatter()
-    builtins.display = display  # type: ignore[attr-defined]
     try:
         import IPython.core.display_functions as display_functions
         import IPython.display as ipython_display
@@ -123,6 +154,42 @@ def install_display(display: Display) -> None:
             flush_figures(display)
 
         plt.show = show
+
+
+class _RouteOnImport:
+    """Until the formatter is loaded: code that imports IPython's display functions gets
+    them routed to ``display``, as when the zygote loaded them up front."""
+
+    _ROUTED = frozenset({"IPython.core.display_functions", "IPython.display"})
+
+    def __init__(self, display: Display) -> None:
+        self._display = display
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if name not in self._ROUTED:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = cast("importlib.abc.Loader", _Routing(spec.loader, self._display))
+        return spec
+
+
+class _Routing:
+    """The module's own loader, then ``display`` in place of IPython's (importlib.abc is not
+    imported for base classes: it costs the zygote more than this module)."""
+
+    def __init__(self, loader: importlib.abc.Loader, display: Display) -> None:
+        self._loader = loader
+        self._display = display
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self._loader.exec_module(module)
+        module.display = self._display  # type: ignore[attr-defined]
 
 
 def flush_figures(display: Display) -> None:

@@ -18,15 +18,15 @@ says; vsock would reach the hypervisor, netlink and packet sockets the kernel's 
 configuration); ``clone`` only without namespace flags; ``clone3`` answers ``ENOSYS``, since
 its flags live in memory a filter cannot read, and glibc falls back to ``clone``.
 
-The zygote compiles the policy once, as root before it drops privileges; every worker loads
-the same bytes with one ``prctl``, so a worker's start costs the same however long the list.
-libseccomp lays the rules out as a binary search, so a call costs a handful of comparisons.
+The zygote compiles the policy once, as root before it drops privileges (or loads the copy
+it cached last time, ``_seccomp_cache``); every worker loads the same bytes with one
+``prctl``, so a worker's start costs the same however long the list. libseccomp lays the
+rules out as a binary search, so a call costs a handful of comparisons.
 """
 
 from __future__ import annotations
 
 import errno
-import tempfile
 from dataclasses import dataclass
 
 __all__ = [
@@ -217,6 +217,8 @@ class SeccompPolicy:
         Raises:
             OSError: libseccomp is missing or rejects the policy.
         """
+        import tempfile
+
         import pyseccomp as seccomp
 
         policy = seccomp.SyscallFilter(seccomp.ERRNO(errno.ENOSYS))

@@ -268,14 +268,18 @@ def main() -> None:
         for name in private:  # workers must not learn where the cache lives
             os.environ.pop(name, None)
         os.environ.update(SANDBOX_ENV)
-        import corral.numeric  # noqa: F401 - importable inside the sandbox at no cost
         from corral.sandbox.inside import _runner
         from corral.sandbox.inside._cell import install_display
         from corral.sandbox.inside._rootfs import build_template, enter_base, runtime_paths
-        from corral.sandbox.inside._seccomp import build_policy_bpf
+        from corral.sandbox.inside._seccomp_cache import load_policy_bpf
 
-        install_display(_runner.DISPLAY)
-        bpf = build_policy_bpf()
+        # A zygote that serves one run (the CLI's) loads no more than that run needs: IPython
+        # on first use, no warm-up, whose pages only pay off when many workers share them.
+        prewarm = bool(config.get("prewarm", True))
+        install_display(_runner.DISPLAY, load_now=prewarm)
+        if prewarm:
+            import corral.numeric  # noqa: F401 - importable inside the sandbox at no cost
+        bpf = load_policy_bpf(cache)
         sc.unshare(0x00020000)
         data_dir = config.get("data_dir")
         template, staged = build_template(
@@ -289,8 +293,9 @@ def main() -> None:
         _send(ctl, {"t": "failed", "error": f"{type(exc).__name__}: {exc}"})
         os._exit(1)
 
-    _runner.warm_up_zygote()
-    gc.collect()
+    if prewarm:
+        _runner.warm_up_zygote()
+        gc.collect()
     gc.freeze()  # keep the collector from dirtying every inherited page in each worker
     read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(write_end)
