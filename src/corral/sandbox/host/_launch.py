@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from corral._uids import UidRange
 from corral.errors import ZygoteUnavailable
 from corral.sandbox._seqpacket import send
 from corral.sandbox.host._runtime import private_dir, runtime_dir
+from corral.sandbox.host._uid_lease import lease_uids
 from corral.sandbox.inside._isolate import SANDBOX_ENV
 
 __all__ = ["DEFAULT_PRELOAD", "Launched", "adopt", "launch", "prelaunched", "zygote_config"]
@@ -78,9 +80,14 @@ def launch(config: dict[str, Any]) -> Launched:
     """Start a zygote and send it ``config``; it is still importing and building its root.
 
     Raises:
+        IsolationError: every block of the configured uids is leased by another zygote.
         OSError: the interpreter could not be started.
         ZygoteUnavailable: it exited before it read ``config``.
     """
+    # The uids are leased here, not in the configuration: a zygote started early must match
+    # its adopter's configuration, and the lease is the zygote's own (its open descriptor).
+    lease = lease_uids(UidRange(*config["uids"]))
+    config = {**config, "uids": [lease.uids.first, lease.uids.count]}
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         # Workers are forks of the zygote, and /proc/self/environ shows the block it was
@@ -92,12 +99,14 @@ def launch(config: dict[str, Any]) -> Launched:
             stdin=theirs.fileno(),
             env=dict(SANDBOX_ENV),
             start_new_session=True,
+            pass_fds=(lease.fd,),
         )
     except BaseException:
         ours.close()
         raise
     finally:
         theirs.close()
+        os.close(lease.fd)
     launched = Launched(process, ours)
     try:
         send(ours, config)  # a fresh socket's buffer holds it: this does not block
