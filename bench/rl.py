@@ -8,7 +8,8 @@ through, in one run on this machine:
 
 * ``POST /run_code``, one request per case, ``--concurrency`` clients (verl's thread pool is at
   least 32), against a server process (this script with ``--serve``) on 127.0.0.1;
-* ``POST /run_code_batch``, one request per problem (50 cases each), same client concurrency;
+* ``POST /run_code_batch``, one request per problem (50 cases each), same client concurrency
+  (each case forks from a case server that compiled the problem's code once);
 * ``corral batch`` on a JSONL file of every case (its rate after engine start-up);
 * ``python3 -I -c`` per case at the same concurrency: no isolation, the floor any
   process-per-case sandbox pays.

@@ -13,6 +13,7 @@ import typing
 from corral import _public
 
 if typing.TYPE_CHECKING:
+    from corral.engine._cases import Case
     from corral.engine._engine import Engine, EngineStatistics, SourceItem
     from corral.engine._inputs import Input, RunEvent, RunEventSink
     from corral.engine._result import (
@@ -29,6 +30,7 @@ if typing.TYPE_CHECKING:
     from corral.engine._stream import OutputEvent, OutputListener
 
 _EXPORTS = {
+    "Case": "corral.engine._cases",
     "Engine": "corral.engine._engine",
     "EngineStatistics": "corral.engine._engine",
     "ErrorInfo": "corral.engine._result",
@@ -49,6 +51,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "Case",
     "Engine",
     "EngineStatistics",
     "ErrorInfo",

@@ -15,22 +15,20 @@ no other use for and which verl already adds to its client timeout.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn, Protocol, TypeVar, cast
 
-import anyio
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ValidationError
 
 from corral._limits import Limits
-from corral.engine import ExecutionResult
+from corral.engine import Case, ExecutionResult
 from corral.errors import EngineClosed
 from corral.http._docs import json_body
 from corral.http._errors import RETRY_AFTER, fail
 from corral.http._responses import json_response
 from corral.http._sandboxfusion_wire import (
     BatchBody,
-    BatchCase,
     BatchResponseDoc,
     DetailDoc,
     RunCodeBody,
@@ -80,7 +78,15 @@ class _FedEngine(Protocol):
         tenant: str = "",
     ) -> ExecutionResult: ...
 
-    def statistics(self) -> Any: ...
+    async def run_cases(
+        self,
+        code: str,
+        cases: Sequence[Case],
+        *,
+        files: Mapping[str, bytes] | None = None,
+        queue_timeout: float | None = None,
+        tenant: str = "",
+    ) -> list[ExecutionResult]: ...
 
 
 class _Busy(Exception):
@@ -211,46 +217,46 @@ async def run_code(request: Request) -> Response:
 async def run_code_batch(request: Request) -> Response:
     """One program against many cases, each a fresh isolated run; results in case order.
 
-    A batch runs at most ``capacity`` cases at once, so it cannot crowd other callers out of
-    the queue, and a case that times out holds one worker for its own timeout only.
+    The cases fork from case servers that compiled the program once (``Engine.run_cases``):
+    at most ``capacity`` at once, each case taking its turn in the fair scheduler, so a batch
+    cannot crowd other callers out, and a case that times out holds its lane for its own
+    timeout only.
     """
     state, tenant = _authorize(request)
     body = await _parse(request, BatchBody)
     files, problems = decode_files(body.files)
     if problems:
         _unprocessable(problems)
-    results: list[dict[str, Any] | None] = [None] * len(body.cases)
-    limiter = anyio.CapacityLimiter(max(1, int(state.engine.statistics().capacity)))
-    busy: list[str] = []
-
-    async def one(index: int, case: BatchCase, scope: anyio.CancelScope) -> None:
-        limits = _limits(state, case.run_timeout or body.run_timeout, body.memory_limit_MB)
-        async with limiter:
-            try:
-                result = await _run(
-                    state,
-                    body.code,
-                    limits=limits,
-                    stdin=_stdin(case.stdin),
-                    files=files,
-                    queue_wait=body.compile_timeout,
-                    tenant=tenant,
-                )
-            except _Busy as exc:
-                busy.append(str(exc))
-                scope.cancel()
-                return
-            except Exception:
-                logger.exception("run_code_batch case failed")
-                answer = sandbox_error("exception on running code (see the server log)")
-            else:
-                answer = to_response(result, [])
+    engine = cast(_FedEngine, state.engine)
+    cases = [
+        Case(
+            stdin=_stdin(case.stdin),
+            limits=_limits(state, case.run_timeout or body.run_timeout, body.memory_limit_MB),
+        )
+        for case in body.cases
+    ]
+    try:
+        outcomes = await engine.run_cases(
+            body.code,
+            cases,
+            files=files,
+            queue_timeout=max(body.compile_timeout, MIN_QUEUE_WAIT),
+            tenant=tenant,
+        )
+    except EngineClosed:
+        return _busy("the server is stopping; try another replica or again later")
+    except Exception:  # a broken sandbox is SandboxError for every case, never a 500
+        logger.exception("run_code_batch failed")
+        failed = sandbox_error("exception on running code (see the server log)")
+        outcomes = []
+        results = [{**failed, "passed": passed(failed, c.expected_stdout)} for c in body.cases]
+    else:
+        results = []
+    for result, case in zip(outcomes, body.cases, strict=True):
+        state.metrics.observe("run_code", result.outcome, result.elapsed_ms)
+        if result.outcome == "busy":
+            return _busy(result.message or "no worker is free; try again")
+        answer = to_response(result, [])
         answer["passed"] = passed(answer, case.expected_stdout)
-        results[index] = answer
-
-    async with anyio.create_task_group() as tg:
-        for index, case in enumerate(body.cases):
-            tg.start_soon(one, index, case, tg.cancel_scope)
-    if busy:
-        return _busy(busy[0])
+        results.append(answer)
     return json_response({"results": results})

@@ -32,6 +32,7 @@ if typing.TYPE_CHECKING:
         Usage,
     )
     from corral.sandbox._syscalls import as_fs_owner
+    from corral.sandbox.host._cases import CaseServer
     from corral.sandbox.host._command import Command
     from corral.sandbox.host._doctor import DoctorReport, Feature, doctor
     from corral.sandbox.host._holder import Holder
@@ -51,6 +52,7 @@ _EXPORTS = {
     "DENIED_SYSCALLS": "corral.sandbox.inside._seccomp",
     "MAX_REPORTED_PATH": "corral.sandbox._protocol",
     "SECCOMP_POLICY": "corral.sandbox.inside._seccomp",
+    "CaseServer": "corral.sandbox.host._cases",
     "Command": "corral.sandbox.host._command",
     "DoctorReport": "corral.sandbox.host._doctor",
     "Done": "corral.sandbox._protocol",
@@ -81,6 +83,7 @@ __all__ = [
     "DENIED_SYSCALLS",
     "MAX_REPORTED_PATH",
     "SECCOMP_POLICY",
+    "CaseServer",
     "Command",
     "DoctorReport",
     "Done",

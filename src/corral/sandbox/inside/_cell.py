@@ -26,8 +26,10 @@ if TYPE_CHECKING:
     import importlib.abc
 
 __all__ = [
+    "Cell",
     "CellOutput",
     "Display",
+    "compile_cell",
     "execute_cell",
     "install_display",
     "no_input",
@@ -233,7 +235,20 @@ class CellOutput:
         """Set when the code raised SystemExit, as the interpreter would exit."""
 
 
-def _split(code: str, filename: str) -> tuple[types.CodeType, types.CodeType | None]:
+Cell = tuple[types.CodeType, types.CodeType | None]
+"""A compiled cell: its body, and its trailing expression (None when there is none)."""
+
+
+def compile_cell(code: str, filename: str = CELL_FILENAME) -> Cell:
+    """Compile a cell once, for many runs (a batch's cases).
+
+    Raises:
+        SyntaxError, ValueError: as ``compile`` does; ``execute_cell`` reports those.
+    """
+    return _split(code, filename)
+
+
+def _split(code: str, filename: str) -> Cell:
     tree = ast.parse(code, filename, "exec")
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     last: types.CodeType | None = None
@@ -297,16 +312,18 @@ def execute_cell(
     display: Display,
     on_error: Callable[[str], None],
     filename: str = CELL_FILENAME,
+    cell: Cell | None = None,
 ) -> CellOutput:
     """Run one cell in ``namespace``; exceptions become ``CellOutput.error``.
 
-    ``filename`` names the code in tracebacks (a script's path, or ``<cell>``).
+    ``filename`` names the code in tracebacks (a script's path, or ``<cell>``); ``cell`` is
+    the code compiled already (by ``compile_cell`` with the same name), if it was.
     """
     out = CellOutput()
     lines = code.splitlines(keepends=True)
     linecache.cache[filename] = (len(code), None, lines, filename)
     try:
-        body, last = _split(code, filename)
+        body, last = _split(code, filename) if cell is None else cell
         _run(body, namespace)
         if last is not None:
             value = _run(last, namespace)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import array
 import builtins
 import contextlib
+import dataclasses
+import functools
 import io
 import os
 import resource
@@ -21,6 +23,7 @@ import types
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from corral.sandbox._case_protocol import decode_cases_request
 from corral.sandbox._protocol import (
     HEADER,
     Done,
@@ -37,8 +40,15 @@ from corral.sandbox._protocol import (
     read_frame_sync,
     write_frames_sync,
 )
-from corral.sandbox.inside import _feed, _interrupt, _isolate
-from corral.sandbox.inside._cell import CellOutput, Display, execute_cell, no_input, prepare_script
+from corral.sandbox.inside import _cases, _feed, _interrupt, _isolate
+from corral.sandbox.inside._cell import (
+    Cell,
+    CellOutput,
+    Display,
+    execute_cell,
+    no_input,
+    prepare_script,
+)
 from corral.sandbox.inside._fitting import DisplaySender, clip, fit_result
 from corral.sandbox.inside._walk import collect_files
 from corral.sandbox.inside._workdir import Snapshot, changed_since, link_sources, snapshot
@@ -182,7 +192,13 @@ def _interruptible(code: str, namespace: dict[str, Any], filename: str) -> CellO
         _interrupt.install()  # disarmed, and no handler of the code's runs between requests
 
 
-def _serve_one(request: RunRequest, namespace: dict[str, Any], cwd: str, session: bool) -> None:
+def _serve_one(
+    request: RunRequest,
+    namespace: dict[str, Any],
+    cwd: str,
+    session: bool,
+    cell: Cell | None = None,
+) -> None:
     limits = request.limits
     _isolate.bound_run(
         memory_bytes=limits.memory_bytes,
@@ -212,7 +228,7 @@ def _serve_one(request: RunRequest, namespace: dict[str, Any], cwd: str, session
     if session:
         output = _interruptible(request.code, namespace, filename)
     else:
-        output = execute_cell(request.code, namespace, DISPLAY, _on_error, filename)
+        output = execute_cell(request.code, namespace, DISPLAY, _on_error, filename, cell)
     _flush()
     frames = _report(limits, output, cwd, session, before)
     with _WRITE:
@@ -300,12 +316,23 @@ def serve(
             frame = read_frame_sync(PROTOCOL_FD, _MAX_REQUEST)
             if session:
                 _interrupt.begin()
-            request = decode_request(frame)
         except EOFError:
             return
-        _serve_one(request, namespace, cwd, session)
+        batch = None if session else decode_cases_request(frame)
+        if batch is not None:
+            _cases.serve_cases(batch, functools.partial(_run_case, batch.code, namespace, cwd))
+            return
+        _serve_one(decode_request(frame), namespace, cwd, session)
         if not session:
             return
+
+
+def _run_case(code: str, namespace: dict[str, Any], cwd: str, cell: Cell | None) -> None:
+    """In a case server's child: serve the case's request as a fresh one-shot worker would,
+    with the code the server compiled (the request carries none)."""
+    _reseed()
+    request = decode_request(read_frame_sync(PROTOCOL_FD, _MAX_REQUEST))
+    _serve_one(dataclasses.replace(request, code=code), namespace, cwd, False, cell)
 
 
 def run_then_exit(what: str, body: Callable[[], object]) -> NoReturn:

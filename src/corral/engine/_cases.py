@@ -1,0 +1,236 @@
+"""Many cases of one program (``/run_code_batch``): each a fresh run, forked from a case server.
+
+A batch runs on at most ``capacity`` lanes. A lane holds one case server (a fresh worker that
+compiled the program once and imported what it imports, ``corral.sandbox.inside._cases``) and
+runs its share of the cases one after another, each through the engine's one run path
+(``Runs.run``): validation, evidence, its own deadline, the fair scheduler's slot, the bounded
+reader, the result. A slot is taken per case, so other callers keep their turn between two
+cases of a batch, and a case that times out holds its lane for its own timeout only. A batch
+starts with one lane and opens another whenever one of its cases gets a slot while another
+stands free with nobody waiting: alone, a batch uses every worker; among many, each keeps to
+one lane, and so to one case server (making one costs a fresh worker and the program's
+preparation, a few cases' worth of CPU).
+
+Each case's deadline is the engine's, as for any run: when it passes, the lane stops the case
+(the server kills its processes and restores the folders) and the case is ``timeout``. A case
+server that fails or misses ``STOP_GRACE`` is killed by its pidfd, the case it was serving
+ends ``worker_error``, and the lane's next case gets a new server: a case can cost its own
+result, never another's, and never becomes a wrong answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import anyio
+
+from corral._limits import Limits
+from corral.engine._feed import Feed
+from corral.engine._inputs import Input, RunEvent
+from corral.engine._job import Job
+from corral.engine._result import Evidence, ExecutionResult
+from corral.engine._runs import Runs, stop_message
+from corral.engine._supply import stdlib_only
+from corral.errors import EngineClosed, WorkerError
+from corral.sandbox import CaseServer, Worker
+
+if TYPE_CHECKING:
+    from corral.engine._engine import Engine
+
+__all__ = ["STOP_GRACE", "Case", "run_cases"]
+
+logger = logging.getLogger("corral.engine")
+
+STOP_GRACE = 2.0
+"""Seconds a case server has to end a case (kill, reap, restore its folders) and answer."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Case:
+    """One case of ``Engine.run_cases``: its standard input and, when not the batch's, limits."""
+
+    stdin: bytes | None = None
+    """The program's standard input, then EOF; None: EOF at once."""
+    limits: Limits | None = None
+
+
+class _Lane:
+    """The target of a lane's runs: its case server, one case at a time."""
+
+    def __init__(self, engine: Engine, code: str) -> None:
+        self._engine = engine
+        self._code = code
+        self._server: CaseServer | None = None
+        self._case: Worker | None = None
+
+    def serial(self) -> contextlib.AbstractAsyncContextManager[object]:
+        return contextlib.nullcontext()
+
+    def closing(self) -> anyio.Event | None:
+        return None
+
+    async def _open(self, job: Job, evidence: Evidence) -> CaseServer | ExecutionResult:
+        engine = self._engine
+        supply = engine._full
+        if engine._lean is not None and stdlib_only(self._code):
+            supply = engine._lean
+        pool, zygote = supply.pool, supply.zygote
+        if pool is None or zygote is None:
+            reason = supply.failure or "the zygote is restarting"
+            return job.stopped("worker_error", f"no worker can be started: {reason}", evidence)
+        try:
+            if job.limits.work_bytes == engine.limits.work_bytes:
+                worker = await pool.take()
+            else:  # pooled workers have the engine's /work size, fixed when they are made
+                worker = await zygote.spawn(work_bytes=job.limits.work_bytes)
+                try:
+                    await worker.wait_ready()
+                except BaseException:
+                    worker.close()
+                    raise
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            return job.stopped("worker_error", "the zygote restarted; try again", evidence)
+        except (WorkerError, OSError) as exc:
+            return job.stopped("worker_error", f"no worker could be started: {exc}", evidence)
+        server = CaseServer(worker, work_bytes=job.limits.work_bytes)
+        try:
+            await server.prepare(self._code)
+        except BaseException as exc:
+            server.retire()
+            if isinstance(exc, WorkerError):
+                return job.stopped("worker_error", f"the case server failed: {exc}", evidence)
+            raise
+        return server
+
+    async def execute(
+        self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
+    ) -> ExecutionResult:
+        server = self._server
+        if server is not None and server.work_bytes != job.limits.work_bytes:
+            server.retire()  # its /work was sized when it was made
+        if server is None or server.retired:
+            opened = await self._open(job, evidence)
+            if isinstance(opened, ExecutionResult):
+                return opened
+            server = self._server = opened
+        deadline = anyio.current_effective_deadline()
+        seconds = deadline - anyio.current_time() if math.isfinite(deadline) else job.limits.timeout
+        try:
+            case = self._case = await server.start(max(0.0, seconds))
+        except (WorkerError, OSError) as exc:
+            server.retire()
+            return job.stopped("worker_error", f"the case server failed: {exc}", evidence)
+        # The request carries no code: the server compiled it, and evidence names it.
+        result = await self._engine._runs.execute_on(case, job, "", inputs, evidence)
+        ended = await server.stop(STOP_GRACE)
+        if result.outcome == "worker_error" and ended is not None and ended.timed_out:
+            result = job.stopped(*stop_message(job), evidence)  # the server's timer, not a crash
+        self._close_case()
+        return result
+
+    async def interrupted(self, job: Job) -> None:
+        """The case's deadline (or the caller) ended it: stop it, keep what it printed."""
+        server, case = self._server, self._case
+        if server is not None and case is not None:
+            await server.stop(STOP_GRACE)
+            job.drain(case)  # every writer is gone now: this reads up to EOF
+        self._close_case()
+
+    def stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
+        return job.stopped(*stop_message(job), evidence)
+
+    def _close_case(self) -> None:
+        case, self._case = self._case, None
+        if case is not None:
+            case.close()
+
+    def close(self) -> None:
+        self._close_case()
+        if self._server is not None:
+            self._server.retire()
+            self._server = None
+
+
+async def run_cases(
+    engine: Engine,
+    runs: Runs,
+    code: str,
+    cases: Sequence[Case],
+    *,
+    limits: Limits,
+    files: Mapping[str, bytes],
+    queue_timeout: float | None,
+    tenant: str,
+) -> list[ExecutionResult]:
+    """Run ``code`` once per case on at most ``engine.capacity`` lanes; results in case order.
+
+    Once a case finds no worker free in time (``busy``), no further case starts, and every
+    case without a result gets that one.
+
+    Raises:
+        EngineClosed: the engine is not running, or stopped during the batch.
+    """
+    runs.check_open()
+    results: list[ExecutionResult | None] = [None] * len(cases)
+    order: Iterator[int] = iter(range(len(cases)))
+    taken = 0
+    lanes = 0
+    most = max(1, min(engine.capacity, len(cases)))
+    busy: list[ExecutionResult] = []
+    closed: list[EngineClosed] = []
+
+    def grow(event: RunEvent) -> None:
+        """When a case gets its slot and another slot stands free with nobody waiting for it,
+        open one more lane: a lone batch comes to use every worker, while one among many
+        keeps to one lane (one case server, not one per worker)."""
+        nonlocal lanes
+        if event.phase != "started" or lanes >= most or taken >= len(cases):
+            return
+        stats = runs.scheduler.statistics()
+        if not stats.queued and stats.running < stats.capacity:
+            lanes += 1
+            tg.start_soon(lane)
+
+    async def lane() -> None:
+        nonlocal taken
+        target = _Lane(engine, code)
+        try:
+            for index in order:
+                taken += 1
+                if busy or closed:
+                    return
+                case = cases[index]
+                try:
+                    result = await runs.run(
+                        target,
+                        code,
+                        inputs=(),
+                        limits=case.limits or limits,
+                        argv=None,
+                        on_event=grow,
+                        on_output=None,
+                        cancel=None,
+                        tenant=tenant,
+                        feed=Feed(case.stdin, files),
+                        queue_timeout=queue_timeout,
+                    )
+                except EngineClosed as exc:
+                    closed.append(exc)
+                    return
+                results[index] = result
+                if result.outcome == "busy":
+                    busy.append(result)
+        finally:
+            target.close()
+
+    async with anyio.create_task_group() as tg:
+        lanes = 1
+        tg.start_soon(lane)
+    if closed:
+        raise closed[0]
+    return [result if result is not None else busy[0] for result in results]

@@ -1,0 +1,151 @@
+"""The engine's handle on a case server: a fresh worker that runs one program's many cases.
+
+See ``corral.sandbox.inside._cases`` for what the server does and why each case stays fresh.
+Here: the engine makes each case's protocol socket and output pipes itself and passes the
+child's ends down with ``CaseStart``, so a case's frames and output never mix with another's,
+EOF on them means the case's processes are gone, and every frame is read by the ordinary
+bounded ``Worker.execute`` against that case's own limits. The server's only message back,
+``CaseEnded``, is bounded before it is read and checked for shape. Whatever goes wrong with
+the server itself (a bad or late answer, EOF) retires it: it is killed by its pidfd, which
+takes its whole pid namespace with it.
+"""
+
+from __future__ import annotations
+
+import array
+import os
+import socket
+
+import anyio
+
+from corral.errors import WorkerCrashed, WorkerError
+from corral.sandbox._case_protocol import (
+    CaseEnded,
+    CasesRequest,
+    CaseStart,
+    CaseStop,
+    decode_ended,
+    encode_case_message,
+)
+from corral.sandbox.host._reader import ready_bound
+from corral.sandbox.host._worker import Worker
+
+__all__ = ["CaseServer"]
+
+
+class CaseServer:
+    """A fresh worker turned case server for one program; one case at a time."""
+
+    def __init__(self, worker: Worker, *, work_bytes: int) -> None:
+        self.worker = worker
+        self.work_bytes = work_bytes
+        """The size of the worker's /work and /tmp, fixed when it was made."""
+        self.retired = False
+        """Set once the server may serve no further case (killed, or told us so)."""
+
+    @property
+    def pid(self) -> int:
+        return self.worker.pid
+
+    async def prepare(self, code: str) -> None:
+        """Make the (ready) worker a case server for ``code``.
+
+        Raises:
+            WorkerCrashed: it is gone.
+        """
+        await self.worker._send(encode_case_message(CasesRequest(code)))
+
+    async def start(self, seconds: float) -> Worker:
+        """Start a case; its handle, on which ``execute`` runs the case's request (the
+        caller closes it once ``stop`` has returned).
+
+        The server kills the case on its own ``seconds`` (plus a margin) from now.
+
+        Raises:
+            WorkerCrashed: the server is gone.
+            OSError: no descriptors for the case (EMFILE and the like).
+        """
+        if self.retired:
+            raise WorkerCrashed("the case server is retired")
+        # No task waits on any of these yet, so they are closed without notify_closing.
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fds: list[int] = []
+        try:
+            out_r, out_w = os.pipe2(os.O_CLOEXEC)
+            fds += [out_r, out_w]
+            err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            fds += [err_r, err_w]
+        except OSError:
+            _close(ours, theirs, *fds)
+            raise
+        try:
+            await self._send_with(
+                encode_case_message(CaseStart(seconds)), [theirs.fileno(), out_w, err_w]
+            )
+        except BaseException:
+            _close(ours, out_r, err_r)
+            self.retire()  # half a frame may have gone: the stream is no longer usable
+            raise
+        finally:
+            _close(theirs, out_w, err_w)
+        return Worker(
+            self.pid, None, ours, out_r, err_r, outer_id=self.worker.outer_id, signaller=_ignore
+        )
+
+    async def _send_with(self, frame: bytes, fds: list[int]) -> None:
+        sock = self.worker._sock
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+        while True:
+            try:
+                sent = sock.sendmsg([frame], rights)
+                break
+            except BlockingIOError:
+                await anyio.wait_writable(sock)
+            except OSError as exc:
+                raise WorkerCrashed(f"the case server stopped reading: {exc}") from exc
+        if sent < len(frame):
+            await self.worker._send(frame[sent:])
+
+    async def stop(self, grace: float) -> CaseEnded | None:
+        """End the current case: kill what is left of it, wait for the server to restore
+        its folders. None when the server failed or missed ``grace`` seconds: it is then
+        retired (killed). Shielded: a cancelled caller must still leave the server usable
+        or dead. The case's handle stays open: what its processes wrote before they died
+        is still in its pipes."""
+        if self.retired:
+            return None
+        with anyio.CancelScope(shield=True):
+            ended: CaseEnded | None = None
+            with anyio.move_on_after(grace):
+                try:
+                    await self.worker._send(encode_case_message(CaseStop()))
+                    ended = await self._ended()
+                except WorkerError:
+                    ended = None
+        if ended is None or not ended.clean:
+            self.retire()
+        return ended
+
+    async def _ended(self) -> CaseEnded:
+        frames = self.worker._frames
+        while (frame := frames.next(ready_bound)) is None:
+            if not await self.worker._receive():
+                raise WorkerCrashed("the case server exited")
+        return decode_ended(frame[1])
+
+    def retire(self) -> None:
+        """Kill the server (and so every process of its namespace); idempotent."""
+        self.retired = True
+        self.worker.close()
+
+
+def _close(*handles: socket.socket | int) -> None:
+    for handle in handles:
+        if isinstance(handle, socket.socket):
+            handle.close()
+        else:
+            os.close(handle)
+
+
+def _ignore(_signum: int) -> None:
+    """A case is ended by ``CaseServer.stop``, never by a signal from the engine."""

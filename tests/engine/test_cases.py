@@ -1,0 +1,95 @@
+"""Engine.run_cases: one program, many cases, each a fresh run forked from a case server."""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+import pytest
+
+from corral._limits import Limits
+from corral.engine import Case, Engine
+from corral.engine import _cases as cases_module
+from corral.errors import EngineClosed
+
+pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
+
+# Each pid namespace has an inode of its own: the cases of one case server share it.
+NAMESPACE = "import os\nprint(os.readlink('/proc/self/ns/pid'), input())"
+
+
+async def test_results_come_in_case_order_and_servers_are_reused(engine: Engine) -> None:
+    cases = [Case(stdin=f"{i}\n".encode()) for i in range(12)]
+    results = await engine.run_cases(NAMESPACE, cases, limits=Limits(timeout=10))
+    assert [r.outcome for r in results] == ["ok"] * 12
+    assert [r.stdout.split()[1] for r in results] == [str(i) for i in range(12)]
+    servers = {r.stdout.split()[0] for r in results}
+    # Alone on the engine, the batch opens a lane per worker, each one case server.
+    assert len(servers) == engine.capacity
+
+
+async def test_each_case_has_its_own_limits(engine: Engine) -> None:
+    code = "import time\ntime.sleep(float(input()))\nprint('slept')"
+    cases = [
+        Case(stdin=b"5\n", limits=Limits(timeout=0.5)),
+        Case(stdin=b"0\n"),
+        Case(stdin=b"0.1\n", limits=Limits(timeout=5)),
+    ]
+    results = await engine.run_cases(code, cases, limits=Limits(timeout=3))
+    assert [r.outcome for r in results] == ["timeout", "ok", "ok"]
+    assert "0.5 s" in results[0].message
+    first, second = results[1].evidence, results[2].evidence
+    assert first is not None
+    assert second is not None
+    assert first.code_sha256 == second.code_sha256
+    assert (first.limits["timeout"], second.limits["timeout"]) == (3, 5)
+
+
+async def test_a_server_that_misses_its_grace_is_killed_and_replaced(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cases_module, "STOP_GRACE", 0.0)  # no server can answer in time
+    cases = [Case(stdin=f"{i}\n".encode()) for i in range(6)]
+    results = await engine.run_cases(NAMESPACE, cases, limits=Limits(timeout=10))
+    assert [r.outcome for r in results] == ["ok"] * 6  # each had reported before its stop
+    assert len({r.stdout.split()[0] for r in results}) == 6  # a new server every time
+    healthy = await engine.run_cases("print('fine')", [Case()])
+    assert healthy[0].stdout == "fine\n"
+
+
+async def test_invalid_code_is_refused_per_case(engine: Engine) -> None:
+    results = await engine.run_cases("print(1)\x00", [Case(), Case()])
+    assert [r.outcome for r in results] == ["invalid_input", "invalid_input"]
+
+
+async def test_a_closed_engine_refuses_a_batch() -> None:
+    with pytest.raises(EngineClosed):
+        await Engine().run_cases("print(1)", [Case()])
+
+
+async def test_a_cancelled_batch_stops_its_cases_and_servers(engine: Engine) -> None:
+    lean = engine._zygote_handles()["lean"]
+    assert lean.pid is not None
+    before = _children(lean.pid)
+    with anyio.move_on_after(1.5):
+        await engine.run_cases("while True: pass", [Case()] * 4, limits=Limits(timeout=30))
+    assert engine.statistics().running == 0
+    with anyio.fail_after(10):
+        while _children(lean.pid) > before:  # noqa: ASYNC110 - no event for a reaped process
+            await anyio.sleep(0.05)
+    [after] = await engine.run_cases("print('fine')", [Case()])
+    assert after.stdout == "fine\n"
+
+
+def _children(pid: int) -> int:
+    """Live children of ``pid`` (ready workers and case servers of that zygote)."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            count += fields[1] == str(pid) and fields[0] != "Z"
+    return count
