@@ -15,7 +15,14 @@ from corral.errors import EngineClosed
 pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
 
 # Each pid namespace has an inode of its own: the cases of one case server share it.
-NAMESPACE = "import os\nprint(os.readlink('/proc/self/ns/pid'), input())"
+# Names the case's server: its pid namespace, and (since the kernel reuses a freed namespace's
+# number) the server's host uid and start time.
+NAMESPACE = (
+    "import os\n"
+    "uid = open('/proc/self/uid_map').read().split()[1]\n"
+    "started = open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19]\n"
+    "print(os.readlink('/proc/self/ns/pid') + '/' + uid + '/' + started, input())"
+)
 
 
 async def test_results_come_in_case_order_and_servers_are_reused(engine: Engine) -> None:
