@@ -169,6 +169,11 @@ class FakeZygote:
         self.spawned += 1
         return _start(self._tg, type(self).handler, None)
 
+    async def spawn_ready(self, *, work_bytes: int | None = None) -> Worker:
+        worker = await self.spawn(work_bytes=work_bytes)
+        await worker.wait_ready()
+        return worker
+
     async def spawn_holder(self, disk_bytes: int) -> Holder:
         if self._tg is None or self.dead.is_set():
             raise ZygoteUnavailable("the fake zygote is not running")

@@ -75,28 +75,9 @@ class _Lane:
         return None
 
     async def _open(self, job: Job, evidence: Evidence) -> CaseServer | ExecutionResult:
-        engine = self._engine
-        supply = engine._full
-        if engine._lean is not None and stdlib_only(self._code):
-            supply = engine._lean
-        pool, zygote = supply.pool, supply.zygote
-        if pool is None or zygote is None:
-            reason = supply.failure or "the zygote is restarting"
-            return job.stopped("worker_error", f"no worker can be started: {reason}", evidence)
-        try:
-            if job.limits.work_bytes == engine.limits.work_bytes:
-                worker = await pool.take()
-            else:  # pooled workers have the engine's /work size, fixed when they are made
-                worker = await zygote.spawn(work_bytes=job.limits.work_bytes)
-                try:
-                    await worker.wait_ready()
-                except BaseException:
-                    worker.close()
-                    raise
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            return job.stopped("worker_error", "the zygote restarted; try again", evidence)
-        except (WorkerError, OSError) as exc:
-            return job.stopped("worker_error", f"no worker could be started: {exc}", evidence)
+        worker = await self._engine._take_worker(job, evidence, lean=stdlib_only(self._code))
+        if isinstance(worker, ExecutionResult):
+            return worker
         server = CaseServer(worker, work_bytes=job.limits.work_bytes)
         try:
             await server.prepare(self._code)

@@ -28,7 +28,7 @@ from corral.engine._stream import OutputEvent, OutputListener, iterate
 from corral.engine._supervisor import supervise
 from corral.engine._supply import WorkerSupply, adopt_data_dir, stdlib_only
 from corral.errors import WorkerError, ZygoteUnavailable
-from corral.sandbox import DEFAULT_PRELOAD, Holder, WarmPool, Zygote
+from corral.sandbox import DEFAULT_PRELOAD, Holder, WarmPool, Worker, Zygote
 
 __all__ = ["Engine", "EngineStatistics", "SourceItem"]
 
@@ -437,6 +437,27 @@ class Engine:
                 raise
         return holder
 
+    async def _take_worker(
+        self, job: Job, evidence: Evidence, *, lean: bool
+    ) -> Worker | ExecutionResult:
+        """A ready one-shot worker for ``job`` (from the lean zygote when ``lean``), or the
+        result that says why there is none."""
+        supply = self._lean if lean and self._lean is not None else self._full
+        pool, zygote = supply.pool, supply.zygote
+        if pool is None or zygote is None:
+            reason = supply.failure or "the zygote is restarting"
+            return job.stopped("worker_error", f"no worker can be started: {reason}", evidence)
+        try:
+            if job.limits.work_bytes == self.limits.work_bytes:
+                return await pool.take()
+            # The size of /work is fixed when a worker is made: pooled ones have the
+            # engine's, so another size costs a worker of its own.
+            return await zygote.spawn_ready(work_bytes=job.limits.work_bytes)
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            return job.stopped("worker_error", "the zygote restarted; try again", evidence)
+        except (WorkerError, OSError) as exc:
+            return job.stopped("worker_error", f"no worker could be started: {exc}", evidence)
+
     def statistics(self) -> EngineStatistics:
         pools = [z.pool.statistics() for z in self._supplies() if z.pool is not None]
         sched = self._scheduler.statistics()
@@ -471,29 +492,9 @@ class _FreshWorker:
         self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
     ) -> ExecutionResult:
         engine = self._engine
-        supply = engine._full
-        if engine._lean is not None and not inputs and stdlib_only(code):
-            supply = engine._lean
-        pool, zygote = supply.pool, supply.zygote
-        if pool is None or zygote is None:
-            reason = supply.failure or "the zygote is restarting"
-            return job.stopped("worker_error", f"no worker can be started: {reason}", evidence)
-        try:
-            if job.limits.work_bytes == engine.limits.work_bytes:
-                worker = await pool.take()
-            else:
-                # The size of /work is fixed when a worker is made: pooled ones have the
-                # engine's, so another size costs a worker of its own.
-                worker = await zygote.spawn(work_bytes=job.limits.work_bytes)
-                try:
-                    await worker.wait_ready()
-                except BaseException:
-                    worker.close()
-                    raise
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            return job.stopped("worker_error", "the zygote restarted; try again", evidence)
-        except (WorkerError, OSError) as exc:
-            return job.stopped("worker_error", f"no worker could be started: {exc}", evidence)
+        worker = await engine._take_worker(job, evidence, lean=not inputs and stdlib_only(code))
+        if isinstance(worker, ExecutionResult):
+            return worker
         try:
             return await engine._runs.execute_on(worker, job, code, inputs, evidence)
         finally:

@@ -251,6 +251,21 @@ class Zygote:
         self._workers[worker.pid] = worker
         return worker
 
+    async def spawn_ready(self, *, work_bytes: int | None = None) -> Worker:
+        """:meth:`spawn`, then wait until the worker is ready; a worker that fails is closed.
+
+        Raises:
+            ZygoteUnavailable: the zygote is gone or did not answer.
+            WorkerError: the worker died or misbehaved while it started.
+        """
+        worker = await self.spawn(work_bytes=work_bytes)
+        try:
+            await worker.wait_ready()
+        except BaseException:
+            worker.close()
+            raise
+        return worker
+
     async def spawn_holder(self, disk_bytes: int) -> Holder:
         """Clone a session holder with a ``disk_bytes`` tmpfs at ``/mnt/data``.
 
