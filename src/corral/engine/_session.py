@@ -120,6 +120,9 @@ class _Interpreter:
         """
         with anyio.move_on_after(INTERRUPT_GRACE):
             try:
+                # Only a run that began takes the signal: one that lands while the
+                # interpreter is idle or reading its request is ignored there.
+                await worker.wait_started()
                 await self.holder.interrupt_interpreter()
                 await worker.settle(job.capture.stdout, job.capture.stderr)
             except WorkerError:

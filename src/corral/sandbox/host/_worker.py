@@ -271,20 +271,40 @@ class Worker:
 
     async def _collect(self) -> WorkerReport:
         assert self._pending is not None
-        reader, on_started = self._pending
+        reader = self._pending[0]
         while not reader.finished:
-            frame = self._frames.next(reader.bound)
-            if frame is None:
-                if not await self._receive():
-                    raise WorkerCrashed("it exited before it answered")
-                continue
-            was_started = reader.started
-            reader.accept(*frame)
-            if reader.started and not was_started:
-                on_started()
+            await self._step()
         self._pending = None
         assert reader.done is not None
         return WorkerReport(reader.done, reader.display, reader.contents)
+
+    async def _step(self) -> None:
+        """Take the in-flight request's next frame, reading the socket if none is buffered."""
+        assert self._pending is not None
+        reader, on_started = self._pending
+        frame = self._frames.next(reader.bound)
+        if frame is None:
+            if not await self._receive():
+                raise WorkerCrashed("it exited before it answered")
+            return
+        was_started = reader.started
+        reader.accept(*frame)
+        if reader.started and not was_started:
+            on_started()
+
+    async def wait_started(self) -> None:
+        """Read an in-flight request's frames until its code has started (a session's
+        interrupt is meant for a run that began); bound the wait outside.
+
+        Raises:
+            WorkerCrashed: the worker died or closed its socket first.
+            WorkerProtocolError: no request was in flight, or a frame broke the protocol.
+        """
+        if self._pending is None:
+            raise WorkerProtocolError("the worker has no request in flight")
+        reader = self._pending[0]
+        while not (reader.started or reader.finished):
+            await self._step()
 
     def drain(self, stdout: OutputSink, stderr: OutputSink) -> None:
         """Collect whatever output is already buffered (after a kill, say)."""

@@ -307,7 +307,7 @@ def serve(
         open_files=static["open_files"],
     )
     if session:
-        _interrupt.install(PROTOCOL_FD)
+        _interrupt.install()
     _send_ready(inputs_fd)
     if inputs_fd is not None:
         os.close(inputs_fd)
