@@ -374,7 +374,7 @@ _FIELDS: dict[str, _Field] = {
         "Runs one API key may have waiting for a worker; more are answered busy."),
     "uid_range": _Field("engine", ("CORRAL_UID_RANGE",), _uid_range, _LIST,
         "Host uids for the sandbox as `[first, count]` (`first:count` in the variable): one "
-        "per live worker or session; each of the two zygotes leases a block of 4096 of its "
+        "per live worker or session; each of the two zygotes leases a block of 1024 of its "
         "half host-wide, so servers sharing a range never share a uid; unset is corral's "
         "default block (see `corral doctor`)."),
     # [container]

@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
@@ -26,6 +28,8 @@ BROWSER = shutil.which("chromium")
 START_BOUND = 60.0  # seconds for chromium to open its DevTools port
 CALL_BOUND = 60.0  # seconds for one DevTools call (a run inside it included)
 STOP_BOUND = 10.0  # seconds chromium gets to exit after SIGTERM
+GROUP_POLL = 0.01  # seconds between checks that chromium's helpers are gone (the kernel has
+# no event for a process group emptying)
 
 
 class Page:
@@ -100,6 +104,17 @@ async def _drain(lines: AsyncIterator[str]) -> None:
         pass
 
 
+async def _end_group(group: int) -> None:
+    """Kill what is left of chromium's process group and wait until none of it is alive."""
+    with anyio.move_on_after(STOP_BOUND, shield=True):
+        while True:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                return
+            await anyio.sleep(GROUP_POLL)
+
+
 @contextlib.asynccontextmanager
 async def browser_page() -> AsyncIterator[Page]:
     """A headless chromium page; the browser is stopped on the way out."""
@@ -118,7 +133,11 @@ async def browser_page() -> AsyncIterator[Page]:
             "--remote-debugging-port=0",
             "about:blank",
         ]
-        async with await anyio.open_process(command, stdout=subprocess.DEVNULL) as process:
+        # Its own process group: chromium's helpers (zygote, renderers) outlive the browser
+        # for a moment and keep writing to the profile, which must be gone before cleanup.
+        async with await anyio.open_process(
+            command, stdout=subprocess.DEVNULL, start_new_session=True
+        ) as process:
             assert process.stderr is not None
             lines = _lines(process.stderr)
             try:
@@ -140,3 +159,4 @@ async def browser_page() -> AsyncIterator[Page]:
                     process.kill()
                     with anyio.CancelScope(shield=True):
                         await process.wait()
+                await _end_group(process.pid)

@@ -23,9 +23,10 @@ from corral.sandbox.host._runtime import private_dir, runtime_dir
 
 __all__ = ["UID_LEASE", "UidLease", "lease_uids"]
 
-UID_LEASE = 4096
+UID_LEASE = 1024
 """Uids per lease: a zygote's own and one per live worker or session it serves at once. The
-default range gives each of its two zygotes eight leases: eight servers on one host."""
+default range gives each of its two zygotes 32 leases: 32 engines (servers, `corral run`s,
+test runs) at once on one host."""
 
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 _LOCK_MODE = 0o600
