@@ -171,7 +171,11 @@ class FakeZygote:
 
     async def spawn_ready(self, *, work_bytes: int | None = None) -> Worker:
         worker = await self.spawn(work_bytes=work_bytes)
-        await worker.wait_ready()
+        try:
+            await worker.wait_ready()
+        except BaseException:
+            worker.close()
+            raise
         return worker
 
     async def spawn_holder(self, disk_bytes: int) -> Holder:

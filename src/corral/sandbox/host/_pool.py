@@ -105,13 +105,8 @@ class WarmPool:
 
     async def _prepare(self) -> Worker | None:
         try:
-            worker = await self._zygote.spawn()
+            worker = await self._zygote.spawn_ready()
             self._spawned += 1
-            try:
-                await worker.wait_ready()
-            except BaseException:
-                worker.close()
-                raise
         except (WorkerError, OSError) as exc:  # OSError: EMFILE and the like; retried
             self._failed += 1
             self._last_error = str(exc)
@@ -147,13 +142,8 @@ class WarmPool:
 
     async def _make(self) -> Worker:
         """A worker for the caller alone (a pool of size 0), its failure the caller's."""
-        worker = await self._zygote.spawn()
+        worker = await self._zygote.spawn_ready()
         self._spawned += 1
-        try:
-            await worker.wait_ready()
-        except BaseException:
-            worker.close()
-            raise
         return worker
 
     def close(self) -> None:
