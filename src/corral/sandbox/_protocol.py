@@ -23,6 +23,7 @@ from json import JSONEncoder, loads
 from typing import Any
 
 from corral.errors import WorkerProtocolError
+from corral.sandbox._syscalls import write_all
 
 __all__ = [
     "MAX_CONTROL_FRAME",
@@ -396,10 +397,7 @@ def decode_message(payload: bytes) -> WorkerMessage:
 
 
 def write_frames_sync(fd: int, *frames: bytes) -> None:
-    data = memoryview(b"".join(frames))
-    while data:
-        written = os.write(fd, data)
-        data = data[written:]
+    write_all(fd, b"".join(frames))
 
 
 def _read_exact(fd: int, size: int) -> bytes:

@@ -44,6 +44,7 @@ __all__ = [
     "sethostname",
     "umount",
     "unshare",
+    "write_all",
 ]
 
 T = TypeVar("T")
@@ -291,3 +292,10 @@ def as_fs_owner(uid: int, gid: int, action: Callable[[], T]) -> T:
     finally:
         _libc.setfsuid(previous_uid)
         _libc.setfsgid(previous_gid)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to a blocking ``fd`` (``os.write`` may write fewer)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

@@ -22,7 +22,7 @@ import anyio
 
 from corral.errors import WorkerCrashed, WorkerError, WorkerProtocolError
 from corral.sandbox._protocol import Done, RunRequest, encode_message
-from corral.sandbox._syscalls import as_fs_owner
+from corral.sandbox._syscalls import as_fs_owner, write_all
 from corral.sandbox.host._reader import FrameBuffer, RunReader, expect_ready, ready_bound
 
 __all__ = ["OutputSink", "Worker", "WorkerReport", "release"]
@@ -167,9 +167,7 @@ class Worker:
                     dir_fd=inputs_fd,
                 )
                 try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
+                    write_all(fd, data)
                 finally:
                     os.close(fd)
 

@@ -15,6 +15,8 @@ import io
 import os
 import sys
 
+from corral.sandbox import _syscalls as sc
+
 __all__ = ["feed"]
 
 _BUILTIN_INPUT = builtins.input
@@ -28,9 +30,7 @@ def _pipe_with(data: bytes) -> int | None:
     try:
         flags = fcntl.fcntl(write_end, fcntl.F_GETFL)
         fcntl.fcntl(write_end, fcntl.F_SETFL, flags | os.O_NONBLOCK)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(write_end, view) :]
+        sc.write_all(write_end, data)
     except BlockingIOError:
         # The pipe is smaller than usual (the user's pipe quota is spent): use a file.
         os.close(read_end)
@@ -43,9 +43,7 @@ def _pipe_with(data: bytes) -> int | None:
 def _file_with(data: bytes) -> int:
     fd = os.open(_SPILL, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     os.unlink(_SPILL)
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    sc.write_all(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
@@ -67,9 +65,7 @@ def _place(path: str, data: bytes, cwd: str) -> None:
         os.makedirs(parent, exist_ok=True)
     fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        sc.write_all(fd, data)
     finally:
         os.close(fd)
 

@@ -26,6 +26,7 @@ import os
 import platform
 import stat
 
+from corral.sandbox._syscalls import write_all
 from corral.sandbox.inside import _seccomp
 
 __all__ = ["MAX_PROGRAM_BYTES", "cache_key", "cache_name", "load_policy_bpf"]
@@ -178,9 +179,7 @@ def _write(dir_fd: int, key: bytes, program: bytes) -> None:
     try:
         try:
             payload = _MAGIC + key + hashlib.sha256(program).digest() + program
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, payload)
             os.fsync(fd)
         finally:
             os.close(fd)
