@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import datetime
+import functools
 import hashlib
 import secrets
 import threading
@@ -174,25 +175,19 @@ class SourceRegistry:
         # The code also finds the source under its own name; a name no file can have
         # (empty, "..", too long) mounts it by id only.
         name = source.filename.replace("\\", "/").rsplit("/", 1)[-1]
+        make = functools.partial(
+            Input,
+            id=source.id,
+            text=source.text,
+            original=source.original,
+            media_type=source.media_type,
+            text_sha256=source.text_sha256,
+            original_sha256=source.original_sha256,
+        )
         try:
-            return Input(
-                id=source.id,
-                text=source.text,
-                original=source.original,
-                media_type=source.media_type,
-                text_sha256=source.text_sha256,
-                original_sha256=source.original_sha256,
-                name=name,
-            )
+            return make(name=name)
         except ValueError:
-            return Input(
-                id=source.id,
-                text=source.text,
-                original=source.original,
-                media_type=source.media_type,
-                text_sha256=source.text_sha256,
-                original_sha256=source.original_sha256,
-            )
+            return make()
 
     def remove(self, source_id: str) -> None:
         """Forget a source; its id stops resolving.
