@@ -64,6 +64,33 @@ async def test_a_server_that_misses_its_grace_is_killed_and_replaced(
     assert healthy[0].stdout == "fine\n"
 
 
+LEADING_IMPORTS = (
+    "import sys\n"
+    "from math import *\n"
+    "import json as j\n"
+    "n = int(input())\n"
+    "print(j.dumps([floor(pi * n), sorted(k for k in globals() if not k.startswith('__'))]))\n"
+    "if n == 2:\n"
+    "    raise ValueError(n)\n"
+    "if n == 3:\n"
+    "    import this\n"
+)
+
+
+async def test_a_case_after_leading_imports_is_what_a_fresh_run_gives(engine: Engine) -> None:
+    # The case server runs the three imports before forking; each case must still see exactly
+    # the names, output, traceback (its line numbers) and exit a fresh run sees.
+    stdins = [b"1\n", b"2\n", b"3\n"]
+    batch = await engine.run_cases(LEADING_IMPORTS, [Case(stdin=s) for s in stdins])
+    fresh = [await engine.run(LEADING_IMPORTS, stdin=s) for s in stdins]
+    assert [r.outcome for r in batch] == ["ok", "python_error", "ok"]
+    for case, run in zip(batch, fresh, strict=True):
+        assert (case.outcome, case.stdout, case.stderr) == (run.outcome, run.stdout, run.stderr)
+        assert case.error == run.error
+    assert "line 7, in <module>" in batch[1].stderr
+    assert "Beautiful is better than ugly" in batch[2].stdout
+
+
 async def test_invalid_code_is_refused_per_case(engine: Engine) -> None:
     results = await engine.run_cases("print(1)\x00", [Case(), Case()])
     assert [r.outcome for r in results] == ["invalid_input", "invalid_input"]

@@ -7,8 +7,13 @@ The server itself, with real workers, is tested through ``/run_code_batch``
 
 from __future__ import annotations
 
+import builtins
+import json
+import math
 import os
 import sys
+import types
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +58,76 @@ def test_preimport_drops_a_module_that_warns_as_it_is_imported() -> None:
 
 def test_preimport_ignores_code_that_does_not_compile() -> None:
     _cases._preimport("import (\n")
+
+
+def test_leading_imports_of_loaded_modules_run_in_the_namespace() -> None:
+    namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": builtins}
+    count = _cases._run_leading_imports(
+        "import os.path\nfrom math import *\nimport json as j\nx = 1\nimport re\n", namespace
+    )
+    assert count == 3  # stops at the first statement that is not such an import
+    assert namespace["os"] is os
+    assert namespace["pi"] == math.pi
+    assert namespace["j"] is json
+    assert "x" not in namespace
+    assert "re" not in namespace
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param('"""doc"""\nimport os\n', id="a docstring first"),
+        pytest.param("from __future__ import annotations\nimport os\n", id="a future import"),
+        pytest.param("import surely_not_a_module_anywhere\n", id="a module not loaded"),
+        pytest.param("import this\n", id="a module that prints"),
+        pytest.param("from .sibling import x\n", id="a relative import"),
+        pytest.param("import (\n", id="code that does not parse"),
+    ],
+)
+def test_leading_imports_that_are_not_of_loaded_modules_are_left_to_the_cases(
+    code: str,
+) -> None:
+    sys.modules.pop("this", None)
+    namespace: dict[str, object] = {}
+    assert _cases._run_leading_imports(code, namespace) == 0
+    assert namespace == {}
+
+
+@pytest.fixture
+def exporter() -> Iterator[types.ModuleType]:
+    """A loaded module whose star import binds names the run itself sets, or warns."""
+    module = types.ModuleType("corral_test_exporter")
+    module.input_files = "bound by the import"  # type: ignore[attr-defined]
+    module.__all__ = ["input_files"]  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    yield module
+    del sys.modules[module.__name__]
+
+
+def test_leading_imports_that_bind_a_name_the_run_sets_are_left_to_the_cases(
+    exporter: types.ModuleType,
+) -> None:
+    namespace: dict[str, object] = {"kept": 1}
+    assert (
+        _cases._run_leading_imports(f"import os\nfrom {exporter.__name__} import *\n", namespace)
+        == 0
+    )
+    assert namespace == {"kept": 1}  # the import of os is undone too
+
+
+def test_leading_imports_that_fail_or_warn_are_undone(exporter: types.ModuleType) -> None:
+    def warns(name: str) -> object:
+        warnings.warn(f"{name} is deprecated", DeprecationWarning, stacklevel=2)
+        return 1
+
+    setattr(exporter, "__getattr__", warns)  # noqa: B010 - a module-level __getattr__
+    for code in (
+        "import os\nfrom math import no_such_name\n",
+        f"from {exporter.__name__} import old\n",
+    ):
+        namespace: dict[str, object] = {}
+        assert _cases._run_leading_imports(code, namespace) == 0
+        assert namespace == {}
 
 
 def _tree(root: Path) -> list[tuple[str, int]]:

@@ -20,6 +20,12 @@ of a ``RunRequest``, it
   when that is a standard-library or preloaded module, except the few with side effects one
   would see (``this``, ``antigravity``...) and any that warns as it is imported (it is
   dropped again, so each case sees the warning as it would have);
+* runs the code's leading import statements, when each only binds names to such modules
+  (``import re``, ``from math import *``) and does so without a warning or an error, in the
+  namespace its cases inherit, and compiles the cases' code without them. A case then starts
+  with those names bound, as a fresh run has them after its first lines, and does not pay
+  for binding them: a star import touches (and so copies) every page that holds one of the
+  module's objects;
 * records the state of its writable folders (``/work``, ``/tmp``, ``/dev/shm``).
 
 Per case (``CaseStart``, with the case's protocol socket and its stdout and stderr pipes) it
@@ -64,6 +70,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 from corral.sandbox import _syscalls as sc
 from corral.sandbox._case_protocol import (
@@ -76,7 +83,7 @@ from corral.sandbox._case_protocol import (
     encode_case_message,
 )
 from corral.sandbox._protocol import HEADER, MAX_CONTROL_FRAME, write_frames_sync
-from corral.sandbox.inside._cell import Cell, compile_cell
+from corral.sandbox.inside._cell import CELL_FILENAME, Cell, compile_cell
 
 __all__ = ["serve_cases"]
 
@@ -97,6 +104,8 @@ _FD_BYTES = 4
 _OWN_TIMER_MARGIN = 1.0  # seconds past the case's deadline before the server kills on its own
 _IPC_RMID = 0
 _SYSV = (("shm", "shmctl"), ("sem", "semctl"), ("msg", "msgctl"))
+
+_UNSET = object()
 
 Baseline = dict[str, int]
 """Every entry under the writable folders: its mode, or -1 for a mount point."""
@@ -131,6 +140,58 @@ def _preimport(code: str) -> None:
         if caught:
             for added in set(sys.modules) - before:
                 del sys.modules[added]
+
+
+_SET_PER_RUN = frozenset(
+    {"__builtins__", "__name__", "__doc__", "__file__", "__spec__", "__loader__", "__package__"}
+    | {"input_files", "input_assets", "_"}
+)
+"""Names of the namespace the run itself sets: leading imports that bind one are left to
+each case, which binds it after the run has set it, as a fresh run does."""
+
+
+def _binds_only_a_loaded_module(node: ast.stmt) -> bool:
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+        names = [node.module]
+    else:
+        return False
+    return all(
+        name in sys.modules
+        and name.partition(".")[0] not in _NOT_PREIMPORTED
+        and name != "__future__"
+        for name in names
+    )
+
+
+def _run_leading_imports(code: str, namespace: dict[str, Any]) -> int:
+    """Run the code's leading imports of modules already loaded into ``namespace``; the
+    number of statements run (0 when running them would differ from a fresh run's)."""
+    try:
+        tree = ast.parse(code, CELL_FILENAME)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return 0
+    count = 0
+    while count < len(tree.body) and _binds_only_a_loaded_module(tree.body[count]):
+        count += 1
+    if not count:
+        return 0
+    before = dict(namespace)
+    leading = compile(ast.Module(body=tree.body[:count], type_ignores=[]), CELL_FILENAME, "exec")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            exec(leading, namespace)  # noqa: S102 - imports of loaded modules, checked above
+            failed = False
+        except Exception:  # noqa: BLE001 - each case then fails on it as it would
+            failed = True
+    changed = {name for name, value in namespace.items() if before.get(name, _UNSET) is not value}
+    if failed or caught or changed & _SET_PER_RUN:
+        namespace.clear()
+        namespace.update(before)
+        return 0
+    return count
 
 
 def _snapshot(roots: tuple[str, ...] = _ROOTS) -> Baseline:
@@ -313,20 +374,22 @@ def _one_case(
     return CaseEnded(timed_out=timed_out, clean=_restore(baseline))
 
 
-def serve_cases(request: CasesRequest, run_case: RunCase) -> None:
+def serve_cases(request: CasesRequest, namespace: dict[str, Any], run_case: RunCase) -> None:
     """Be a case server for ``request.code`` until the engine closes the socket.
 
-    Called by the runner in a locked-down one-shot worker, in place of its one run.
+    Called by the runner in a locked-down one-shot worker, in place of its one run;
+    ``namespace`` is the one each case runs in (``run_case`` has it too).
     """
     if os.getpid() != 1:
         raise RuntimeError("a case server must be init of its own pid namespace")
     sc.set_dumpable(False)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # no handler: no signal from a case lands
+    _preimport(request.code)
+    skip = _run_leading_imports(request.code, namespace)
     try:
-        cell: Cell | None = compile_cell(request.code)
+        cell: Cell | None = compile_cell(request.code, skip=skip)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         cell = None  # each case compiles it again and reports the error as a fresh run does
-    _preimport(request.code)
     baseline = _snapshot()
     control = socket.socket(fileno=_PROTOCOL_FD)
     control.setblocking(True)

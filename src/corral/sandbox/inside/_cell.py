@@ -239,17 +239,19 @@ Cell = tuple[types.CodeType, types.CodeType | None]
 """A compiled cell: its body, and its trailing expression (None when there is none)."""
 
 
-def compile_cell(code: str, filename: str = CELL_FILENAME) -> Cell:
-    """Compile a cell once, for many runs (a batch's cases).
+def compile_cell(code: str, filename: str = CELL_FILENAME, *, skip: int = 0) -> Cell:
+    """Compile a cell once, for many runs (a batch's cases), without its first ``skip``
+    statements (run already); the rest keep their line numbers.
 
     Raises:
         SyntaxError, ValueError: as ``compile`` does; ``execute_cell`` reports those.
     """
-    return _split(code, filename)
+    return _split(code, filename, skip)
 
 
-def _split(code: str, filename: str) -> Cell:
+def _split(code: str, filename: str, skip: int = 0) -> Cell:
     tree = ast.parse(code, filename, "exec")
+    del tree.body[:skip]
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     last: types.CodeType | None = None
     final = tree.body[-1] if tree.body else None

@@ -320,7 +320,9 @@ def serve(
             return
         batch = None if session else decode_cases_request(frame)
         if batch is not None:
-            _cases.serve_cases(batch, functools.partial(_run_case, batch.code, namespace, cwd))
+            _cases.serve_cases(
+                batch, namespace, functools.partial(_run_case, batch.code, namespace, cwd)
+            )
             return
         _serve_one(decode_request(frame), namespace, cwd, session)
         if not session:
