@@ -42,7 +42,7 @@ from corral.sandbox import CaseServer, Worker
 if TYPE_CHECKING:
     from corral.engine._engine import Engine
 
-__all__ = ["STOP_GRACE", "Case", "run_cases"]
+__all__ = ["STOP_GRACE", "Case", "Lane", "run_cases"]
 
 logger = logging.getLogger("corral.engine")
 
@@ -59,7 +59,7 @@ class Case:
     limits: Limits | None = None
 
 
-class _Lane:
+class Lane:
     """The target of a lane's runs: its case server, one case at a time."""
 
     def __init__(self, engine: Engine, code: str) -> None:
@@ -67,6 +67,11 @@ class _Lane:
         self._code = code
         self._server: CaseServer | None = None
         self._case: Worker | None = None
+
+    @property
+    def serving(self) -> bool:
+        """Whether its case server is alive for another case."""
+        return self._server is not None and not self._server.retired
 
     def serial(self) -> contextlib.AbstractAsyncContextManager[object]:
         return contextlib.nullcontext()
@@ -179,7 +184,7 @@ async def run_cases(
 
     async def lane() -> None:
         nonlocal taken
-        target = _Lane(engine, code)
+        target = Lane(engine, code)
         try:
             for index in order:
                 taken += 1

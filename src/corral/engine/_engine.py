@@ -20,6 +20,7 @@ from corral.engine._cases import Case, run_cases
 from corral.engine._feed import Feed
 from corral.engine._inputs import Input, RunEventSink
 from corral.engine._job import Job
+from corral.engine._repeats import Repeats
 from corral.engine._result import Evidence, ExecutionResult
 from corral.engine._runs import SHUTTING_DOWN, Runs, stop_message
 from corral.engine._scheduler import Scheduler, SchedulerStatistics
@@ -120,6 +121,7 @@ class Engine:
         self._closing = False
         self._runs = Runs(self._scheduler)
         self._fresh = _FreshWorker(self)
+        self._repeats = Repeats(self, self._runs)
         self._sessions: SessionManager | None = None
 
     # lifecycle -------------------------------------------------------------------------
@@ -162,6 +164,7 @@ class Engine:
         self._runs.open = True
         self._tg.start_soon(supervise, "the memory gate", self._poke_memory_gate)
         self._tg.start_soon(supervise, "session expiry", self._sessions.expire_loop)
+        self._tg.start_soon(supervise, "case server expiry", self._repeats.expire_loop)
 
     def _supplies(self) -> list[WorkerSupply]:
         return [z for z in (self._full, self._lean) if z is not None]
@@ -215,6 +218,7 @@ class Engine:
         with anyio.CancelScope(shield=True):
             if self._sessions is not None:
                 await self._sessions.close_all()
+            self._repeats.close_all()
             for supply in self._supplies():
                 await supply.aclose()
         assert self._tg is not None
@@ -346,6 +350,45 @@ class Engine:
             self._runs,
             code,
             cases,
+            limits=limits or self.limits,
+            files=files or {},
+            queue_timeout=queue_timeout,
+            tenant=tenant,
+        )
+
+    async def run_case(
+        self,
+        code: str,
+        case: Case,
+        *,
+        limits: Limits | None = None,
+        files: Mapping[str, bytes] | None = None,
+        queue_timeout: float | None = None,
+        tenant: str = "",
+    ) -> ExecutionResult:
+        """Run ``code`` once on ``case``: one test case of a program the caller runs many
+        times, each call on its own (``/run_code``, one request per test case).
+
+        The result is what ``run`` gives. The first call of a program runs in a fresh
+        worker; calls that repeat it (the same code from the same tenant within
+        ``REPEAT_WINDOW`` seconds) fork from case servers kept for it, as the cases of
+        ``run_cases`` do (``corral.engine._repeats``).
+
+        Args:
+            code: the program.
+            case: its standard input and, when not ``limits``, its own limits.
+            limits: the run's bounds; the engine's default when None.
+            files: relative path to content, written into the working folder first.
+            queue_timeout: seconds the call may wait for a worker (as for ``run``).
+            tenant: whose call this is: case servers are never shared between tenants.
+
+        Raises:
+            EngineClosed: the engine is not running (or is draining).
+        """
+        self._runs.check_open()
+        return await self._repeats.run(
+            code,
+            case,
             limits=limits or self.limits,
             files=files or {},
             queue_timeout=queue_timeout,

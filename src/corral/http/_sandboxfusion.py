@@ -78,6 +78,17 @@ class _FedEngine(Protocol):
         tenant: str = "",
     ) -> ExecutionResult: ...
 
+    async def run_case(
+        self,
+        code: str,
+        case: Case,
+        *,
+        limits: Limits | None = None,
+        files: Mapping[str, bytes] | None = None,
+        queue_timeout: float | None = None,
+        tenant: str = "",
+    ) -> ExecutionResult: ...
+
     async def run_cases(
         self,
         code: str,
@@ -150,10 +161,10 @@ async def _run(
     """One run; raises ``_Busy`` instead of returning a ``busy`` result."""
     engine = cast(_FedEngine, state.engine)
     try:
-        result = await engine.run(
+        result = await engine.run_case(
             code,
+            Case(stdin=stdin),
             limits=limits,
-            stdin=stdin,
             files=files,
             queue_timeout=max(queue_wait, MIN_QUEUE_WAIT),
             tenant=tenant,

@@ -1,0 +1,209 @@
+"""Runs of a program its caller runs again and again: forked from a case server kept for it.
+
+An RL trainer sends each test case of a problem as a call of its own (``/run_code``, one per
+case, from a pool of threads): the same program, many stdins. ``Engine.run_case`` gives such a
+call the result a fresh worker would, and once the program repeats it forks the case from a
+case server kept for that caller's program (``corral.engine._cases``), as ``run_cases`` does
+for a batch, instead of paying for a new interpreter state every time.
+
+* A program's first call, or one after ``REPEAT_WINDOW`` without a call, runs in a fresh
+  worker: making a case server costs a few cases' worth of CPU, which only a repeat repays.
+* A program has at most ``capacity`` case servers (more could not run at once), and the
+  engine at most ``2 * capacity`` in all; a call that finds its program's servers busy waits
+  for one (within its queue timeout), and a call that finds no room at all runs fresh.
+* A server is kept per (tenant, program): a tenant's cases never fork from a server another
+  tenant's call made. One unused for ``IDLE_SECONDS`` is closed, as are all at engine close.
+* Every case takes a slot of the fair scheduler, as any run: a caller's waiting calls queue on
+  its own servers, so they never hold more than one place each in the scheduler's queue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+
+from corral._limits import Limits
+from corral.engine._cases import Case, Lane
+from corral.engine._feed import Feed
+from corral.engine._result import ExecutionResult
+from corral.engine._runs import Runs
+
+if TYPE_CHECKING:
+    from corral.engine._engine import Engine
+
+__all__ = ["IDLE_SECONDS", "REPEAT_WINDOW", "Repeats"]
+
+REPEAT_WINDOW = 30.0
+"""Seconds since a program's last call within which another call counts as a repeat."""
+IDLE_SECONDS = 5.0
+"""Seconds a kept case server may stand unused before it is closed."""
+_REMEMBERED = 4096
+"""Programs whose last call is remembered (the oldest is forgotten first)."""
+_SERVERS_PER_SLOT = 2
+"""Case servers kept in all, per slot of the engine's capacity."""
+
+_Key = tuple[str, bytes]
+
+
+@dataclass(slots=True)
+class _Program:
+    """One tenant's program: its case servers, idle ones last used first."""
+
+    lanes: int = 0
+    idle: list[tuple[Lane, float]] = field(default_factory=list)
+    freed: anyio.Event = field(default_factory=anyio.Event)
+
+
+class Repeats:
+    """Case servers kept for repeated programs, and the calls that use them."""
+
+    def __init__(
+        self, engine: Engine, runs: Runs, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._engine = engine
+        self._runs = runs
+        self._clock = clock
+        self._last_call: OrderedDict[_Key, float] = OrderedDict()
+        self._programs: dict[_Key, _Program] = {}
+        self._lanes = 0
+
+    @property
+    def servers(self) -> int:
+        """Case servers kept now, busy or idle."""
+        return self._lanes
+
+    def _repeated(self, key: _Key, now: float) -> bool:
+        last = self._last_call.pop(key, None)
+        self._last_call[key] = now
+        while len(self._last_call) > _REMEMBERED:
+            self._last_call.popitem(last=False)
+        return last is not None and now - last <= REPEAT_WINDOW
+
+    def _room(self) -> bool:
+        """Whether one more server may be made, closing the longest idle one if need be."""
+        most = _SERVERS_PER_SLOT * self._engine.capacity
+        if self._lanes < most:
+            return True
+        oldest: tuple[float, _Key] | None = None
+        for key, program in self._programs.items():
+            if program.idle and (oldest is None or program.idle[0][1] < oldest[0]):
+                oldest = (program.idle[0][1], key)
+        if oldest is None:
+            return False
+        self._drop(self._programs[oldest[1]], oldest[1], 0)
+        return True
+
+    def _drop(self, program: _Program, key: _Key, index: int) -> None:
+        lane, _ = program.idle.pop(index)
+        lane.close()
+        self._lanes -= 1
+        program.lanes -= 1
+        if not program.lanes:
+            del self._programs[key]
+
+    async def _lane(self, key: _Key, code: str) -> Lane | None:
+        """An idle or new case server for the program, waiting for one of its own if they
+        are all busy; None when the call is to run fresh."""
+        repeated = self._repeated(key, self._clock())
+        if key not in self._programs and not repeated:
+            return None
+        while True:
+            program = self._programs.setdefault(key, _Program())
+            if program.idle:
+                return program.idle.pop()[0]
+            if program.lanes < self._engine.capacity and self._room():
+                program.lanes += 1
+                self._lanes += 1
+                return Lane(self._engine, code)
+            if not program.lanes:
+                del self._programs[key]
+                return None
+            await program.freed.wait()
+
+    def _give_back(self, key: _Key, lane: Lane, keep: bool) -> None:
+        program = self._programs[key]
+        if keep and self._runs.open:
+            program.idle.append((lane, self._clock()))
+        else:
+            lane.close()
+            self._lanes -= 1
+            program.lanes -= 1
+        program.freed.set()
+        program.freed = anyio.Event()
+        if not program.lanes:
+            del self._programs[key]
+
+    async def run(
+        self,
+        code: str,
+        case: Case,
+        *,
+        limits: Limits,
+        files: Mapping[str, bytes],
+        queue_timeout: float | None,
+        tenant: str,
+    ) -> ExecutionResult:
+        """One call's result: from a kept case server when the program repeats."""
+        key = (tenant, hashlib.sha256(code.encode("utf-8", "surrogatepass")).digest())
+        started = anyio.current_time()
+        lane: Lane | None = None
+        if queue_timeout is None:
+            lane = await self._lane(key, code)
+        else:
+            with anyio.move_on_after(queue_timeout):
+                lane = await self._lane(key, code)
+            queue_timeout = max(0.0, queue_timeout - (anyio.current_time() - started))
+        if lane is None:
+            return await self._engine.run(
+                code,
+                limits=case.limits or limits,
+                stdin=case.stdin,
+                files=files,
+                queue_timeout=queue_timeout,
+                tenant=tenant,
+            )
+        keep = False
+        try:
+            result = await self._runs.run(
+                lane,
+                code,
+                inputs=(),
+                limits=case.limits or limits,
+                argv=None,
+                on_event=None,
+                on_output=None,
+                cancel=None,
+                tenant=tenant,
+                feed=Feed(case.stdin, files),
+                queue_timeout=queue_timeout,
+            )
+            keep = lane.serving
+            return result
+        finally:
+            self._give_back(key, lane, keep)
+
+    def expire(self) -> None:
+        """Close every case server unused for ``IDLE_SECONDS``."""
+        now = self._clock()
+        for key, program in list(self._programs.items()):
+            for index in reversed(range(len(program.idle))):
+                if now - program.idle[index][1] >= IDLE_SECONDS:
+                    self._drop(program, key, index)
+                    if key not in self._programs:
+                        break
+
+    async def expire_loop(self) -> None:
+        while True:
+            await anyio.sleep(IDLE_SECONDS / 2)
+            self.expire()
+
+    def close_all(self) -> None:
+        for key, program in list(self._programs.items()):
+            while program.idle and key in self._programs:
+                self._drop(program, key, len(program.idle) - 1)

@@ -1,0 +1,146 @@
+"""Engine.run_case: calls that repeat a program fork from a case server kept for it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from corral._limits import Limits
+from corral.engine import Case, Engine
+from corral.engine import _repeats as repeats_module
+
+pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
+
+# A fresh worker is init of its own pid namespace; a case forked from a case server is not.
+# A case names its server: the pid namespace, and (the kernel reuses a freed namespace's
+# number) the server's host uid and start time.
+WHERE = (
+    "import os\n"
+    "uid = open('/proc/self/uid_map').read().split()[1]\n"
+    "started = open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19]\n"
+    "server = os.readlink('/proc/self/ns/pid') + '/' + uid + '/' + started\n"
+    "print('fresh' if os.getpid() == 1 else server, input())\n"
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[Engine]:
+    async with Engine(capacity=2, limits=Limits(timeout=10)) as started:
+        yield started
+
+
+@pytest.fixture
+def clock(engine: Engine) -> Clock:
+    fake = Clock()
+    engine._repeats._clock = fake
+    return fake
+
+
+async def _where(engine: Engine, code: str = WHERE, tenant: str = "t", n: int = 0) -> str:
+    result = await engine.run_case(code, Case(stdin=f"{n}\n".encode()), tenant=tenant)
+    assert result.outcome == "ok", result
+    where, echoed = result.stdout.split()
+    assert echoed == str(n)
+    return where
+
+
+async def test_a_first_call_runs_fresh_and_repeats_fork_from_one_kept_server(
+    engine: Engine,
+) -> None:
+    places = [await _where(engine, n=n) for n in range(5)]
+    assert places[0] == "fresh"
+    assert "fresh" not in places[1:]
+    assert len(set(places[1:])) == 1  # one after another: one server is enough
+    assert engine._repeats.servers == 1
+
+
+async def test_tenants_and_programs_never_share_a_server(engine: Engine) -> None:
+    other_code = WHERE + "# another program\n"
+    places: dict[tuple[str, str], set[str]] = {}
+    for _ in range(3):
+        for tenant in ("a", "b"):
+            for code in (WHERE, other_code):
+                places.setdefault((tenant, code), set()).add(await _where(engine, code, tenant))
+    servers = [where - {"fresh"} for where in places.values()]
+    assert all(len(s) == 1 for s in servers)
+    assert len(set.union(*servers)) == 4  # one per tenant and program
+    assert engine._repeats.servers == 4
+
+
+async def test_concurrent_repeats_share_at_most_capacity_servers(engine: Engine) -> None:
+    await _where(engine)
+    answers: dict[int, str] = {}
+
+    async def call(n: int) -> None:
+        answers[n] = await _where(engine, n=n)
+
+    async with anyio.create_task_group() as tg:
+        for n in range(12):
+            tg.start_soon(call, n)
+    assert "fresh" not in answers.values()
+    assert len(set(answers.values())) <= engine.capacity
+    assert engine._repeats.servers <= engine.capacity
+
+
+async def test_a_case_that_times_out_leaves_its_server_serving(engine: Engine) -> None:
+    code = "import time, os\nn = float(input())\ntime.sleep(n)\nprint(os.getpid() == 1)"
+    quick = Case(stdin=b"0\n")
+    first = await engine.run_case(code, quick)
+    assert first.stdout == "True\n"  # fresh
+    slow = await engine.run_case(code, Case(stdin=b"30\n", limits=Limits(timeout=0.5)))
+    assert slow.outcome == "timeout"
+    after = await engine.run_case(code, quick)
+    assert (after.outcome, after.stdout) == ("ok", "False\n")  # a case again
+    assert engine._repeats.servers == 1
+
+
+async def test_a_program_not_repeated_within_the_window_runs_fresh(
+    engine: Engine, clock: Clock
+) -> None:
+    assert await _where(engine) == "fresh"
+    clock.now += repeats_module.REPEAT_WINDOW + 1
+    assert await _where(engine) == "fresh"
+    clock.now += 1
+    assert await _where(engine) != "fresh"
+
+
+async def test_idle_servers_are_closed(engine: Engine, clock: Clock) -> None:
+    await _where(engine)
+    kept = await _where(engine)
+    assert engine._repeats.servers == 1
+    clock.now += repeats_module.IDLE_SECONDS - 1
+    engine._repeats.expire()
+    assert engine._repeats.servers == 1
+    assert await _where(engine) == kept
+    clock.now += repeats_module.IDLE_SECONDS
+    engine._repeats.expire()
+    assert engine._repeats.servers == 0
+    replaced = await _where(engine)
+    assert replaced not in ("fresh", kept)  # still a repeat: a new server
+
+
+async def test_the_servers_in_all_are_bounded(engine: Engine) -> None:
+    most = 2 * engine.capacity
+    codes = [WHERE + f"# program {i}\n" for i in range(most + 2)]
+    for code in codes:
+        await _where(engine, code)
+        assert await _where(engine, code) != "fresh"
+        assert engine._repeats.servers <= most
+    assert engine._repeats.servers == most  # the longest idle made room for each newcomer
+
+
+async def test_a_closed_engine_closes_its_servers(engine: Engine) -> None:
+    await _where(engine)
+    await _where(engine)
+    await engine.aclose()
+    assert engine._repeats.servers == 0
