@@ -7,10 +7,12 @@ test case on stdin, compared with the expected stdout as verl compares. The same
 through, in one run on this machine:
 
 * ``POST /run_code``, one request per case, ``--concurrency`` clients (verl's thread pool is at
-  least 32), against a server process (this script with ``--serve``) on 127.0.0.1;
+  least 32), against a server process (this script with ``--serve``) on 127.0.0.1 (a
+  problem's first case runs fresh, its repeats fork from a case server kept for it);
 * ``POST /run_code_batch``, one request per problem (50 cases each), same client concurrency
   (each case forks from a case server that compiled the problem's code once);
-* ``corral batch`` on a JSONL file of every case (its rate after engine start-up);
+* ``corral batch`` on a JSONL file of every case (its rate after engine start-up; repeats of
+  a problem fork from kept case servers too);
 * ``python3 -I -c`` per case at the same concurrency: no isolation, the floor any
   process-per-case sandbox pays.
 

@@ -31,6 +31,16 @@ def test_records_come_in_input_order_with_the_full_result() -> None:
     assert {"status", "outcome", "stderr", "evidence", "elapsed_ms"} <= set(by_id[0])
 
 
+def test_items_that_repeat_a_program_fork_from_a_kept_case_server() -> None:
+    # A fresh worker is init of its own pid namespace; a case forked from a case server is not.
+    code = "import os, sys\nprint(os.getpid() == 1, sys.stdin.read())"
+    items = [{"id": i, "code": code, "stdin": str(i)} for i in range(20)]
+    records = list(run_batch(items, concurrency=2))
+    assert [r["stdout"].split()[1] for r in records] == [str(i) for i in range(20)]
+    fresh = [r["id"] for r in records if r["stdout"].startswith("True")]
+    assert fresh == [0]  # the program's first item; the rest are cases
+
+
 def test_a_consumer_may_stop_early() -> None:
     items = ({"id": i, "code": f"print({i})"} for i in range(10_000))
     first = []

@@ -12,7 +12,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from corral._limits import Limits
 from corral.batch._items import BatchItem, Record, host_name, invalid_record, parse_item, record_for
-from corral.engine import Engine, ExecutionResult
+from corral.engine import Case, Engine, ExecutionResult
 
 __all__ = ["QUEUE_WAIT", "run_item", "run_local", "window_for"]
 
@@ -29,11 +29,11 @@ def window_for(capacity: int) -> int:
 
 
 async def run_item(engine: Engine, item: BatchItem, base: Limits) -> ExecutionResult:
-    """One item's fresh isolated run."""
+    """One item's fresh isolated run: items that repeat a program (test cases of one
+    problem) fork from a case server kept for it (``Engine.run_case``)."""
     stdin = None if item.stdin is None else item.stdin.encode("utf-8", "surrogatepass")
-    return await engine.run(
-        item.code, limits=item.limits(base), stdin=stdin, queue_timeout=QUEUE_WAIT
-    )
+    case = Case(stdin=stdin, limits=item.limits(base))
+    return await engine.run_case(item.code, case, queue_timeout=QUEUE_WAIT)
 
 
 _Slot = tuple[Any, "BatchItem | str", "Future[ExecutionResult] | None"]
