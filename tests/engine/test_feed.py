@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.engine import Engine
+from corral.engine import Case, Engine
 from corral.engine._feed import MAX_FEED_FILES
 
 pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
@@ -66,3 +66,10 @@ async def test_sessions_are_not_fed(engine: Engine) -> None:
     finally:
         await session.close()
     assert result.stdout == "''\n"
+
+
+async def test_text_for_stdin_is_a_clear_type_error(engine: Engine) -> None:
+    with pytest.raises(TypeError, match="stdin must be bytes"):
+        await engine.run("print(input())", stdin="text")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="stdin must be bytes"):
+        await engine.run_case("print(input())", Case(stdin="text"))  # type: ignore[arg-type]

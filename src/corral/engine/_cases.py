@@ -31,7 +31,7 @@ import anyio
 
 from corral._limits import Limits
 from corral.engine._feed import Feed
-from corral.engine._inputs import Input, RunEvent
+from corral.engine._inputs import Input, RunEvent, RunEventSink
 from corral.engine._job import Job
 from corral.engine._result import Evidence, ExecutionResult
 from corral.engine._runs import Runs, stop_message
@@ -42,7 +42,7 @@ from corral.sandbox import CaseServer, Worker
 if TYPE_CHECKING:
     from corral.engine._engine import Engine
 
-__all__ = ["STOP_GRACE", "Case", "Lane", "run_cases"]
+__all__ = ["STOP_GRACE", "Case", "Lane", "run_cases", "run_on_lane"]
 
 logger = logging.getLogger("corral.engine")
 
@@ -142,6 +142,34 @@ class Lane:
             self._server = None
 
 
+async def run_on_lane(
+    runs: Runs,
+    lane: Lane,
+    code: str,
+    case: Case,
+    *,
+    limits: Limits,
+    files: Mapping[str, bytes],
+    queue_timeout: float | None,
+    tenant: str,
+    on_event: RunEventSink | None = None,
+) -> ExecutionResult:
+    """One case on ``lane`` through the engine's one run path (its slot, deadline, result)."""
+    return await runs.run(
+        lane,
+        code,
+        inputs=(),
+        limits=case.limits or limits,
+        argv=None,
+        on_event=on_event,
+        on_output=None,
+        cancel=None,
+        tenant=tenant,
+        feed=Feed(case.stdin, files),
+        queue_timeout=queue_timeout,
+    )
+
+
 async def run_cases(
     engine: Engine,
     runs: Runs,
@@ -192,18 +220,16 @@ async def run_cases(
                     return
                 case = cases[index]
                 try:
-                    result = await runs.run(
+                    result = await run_on_lane(
+                        runs,
                         target,
                         code,
-                        inputs=(),
-                        limits=case.limits or limits,
-                        argv=None,
-                        on_event=grow,
-                        on_output=None,
-                        cancel=None,
-                        tenant=tenant,
-                        feed=Feed(case.stdin, files),
+                        case,
+                        limits=limits,
+                        files=files,
                         queue_timeout=queue_timeout,
+                        tenant=tenant,
+                        on_event=grow,
                     )
                 except EngineClosed as exc:
                     closed.append(exc)

@@ -299,7 +299,8 @@ class Engine:
             EngineClosed: the engine is not running (or is draining).
             SourceError: a source could not be ingested (``corral.Engine`` only).
             OSError: a source path could not be read.
-            TypeError: ``sources`` on an engine that cannot ingest them.
+            TypeError: ``sources`` on an engine that cannot ingest them, or ``stdin``
+                that is not bytes.
         """
         self._runs.check_open()
         if sources:

@@ -29,6 +29,12 @@ class Feed:
     stdin: bytes | None = None
     files: Mapping[str, bytes] = dataclasses.field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        stdin: object = self.stdin  # typed bytes, but a caller without mypy may pass text
+        if stdin is not None and not isinstance(stdin, bytes):
+            kind = type(stdin).__name__
+            raise TypeError(f"stdin must be bytes (encode text first), not {kind}")
+
 
 NO_FEED = Feed()
 

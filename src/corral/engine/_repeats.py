@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from corral._limits import Limits
-from corral.engine._cases import Case, Lane
-from corral.engine._feed import Feed
+from corral.engine._cases import Case, Lane, run_on_lane
 from corral.engine._result import ExecutionResult
 from corral.engine._runs import Runs
 
@@ -170,18 +169,15 @@ class Repeats:
             )
         keep = False
         try:
-            result = await self._runs.run(
+            result = await run_on_lane(
+                self._runs,
                 lane,
                 code,
-                inputs=(),
-                limits=case.limits or limits,
-                argv=None,
-                on_event=None,
-                on_output=None,
-                cancel=None,
-                tenant=tenant,
-                feed=Feed(case.stdin, files),
+                case,
+                limits=limits,
+                files=files,
                 queue_timeout=queue_timeout,
+                tenant=tenant,
             )
             keep = lane.serving
             return result
