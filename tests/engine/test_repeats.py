@@ -46,8 +46,19 @@ def clock(engine: Engine) -> Clock:
     return fake
 
 
-async def _where(engine: Engine, code: str = WHERE, tenant: str = "t", n: int = 0) -> str:
-    result = await engine.run_case(code, Case(stdin=f"{n}\n".encode()), tenant=tenant)
+QUEUE_WAIT = 30.0  # seconds, as /run_code gives a call (its compile_timeout)
+
+
+async def _where(
+    engine: Engine,
+    code: str = WHERE,
+    tenant: str = "t",
+    n: int = 0,
+    queue_timeout: float | None = QUEUE_WAIT,
+) -> str:
+    result = await engine.run_case(
+        code, Case(stdin=f"{n}\n".encode()), tenant=tenant, queue_timeout=queue_timeout
+    )
     assert result.outcome == "ok", result
     where, echoed = result.stdout.split()
     assert echoed == str(n)
@@ -90,6 +101,32 @@ async def test_concurrent_repeats_share_at_most_capacity_servers(engine: Engine)
     assert "fresh" not in answers.values()
     assert len(set(answers.values())) <= engine.capacity
     assert engine._repeats.servers <= engine.capacity
+
+
+async def test_without_a_queue_timeout_a_call_does_not_wait_for_a_busy_server(
+    engine: Engine,
+) -> None:
+    # Queue and run then share the run's timeout, which waiting for one of the program's
+    # servers would not count against: with both busy (capacity 2), such a call runs fresh.
+    code = "import os, time\ntime.sleep(float(input()))\nprint(os.getpid() == 1)"
+    first = await engine.run_case(code, Case(stdin=b"0\n"))
+    assert first.stdout == "True\n"
+    answers: list[str] = []
+
+    async def call(seconds: str, queue_timeout: float | None) -> None:
+        result = await engine.run_case(
+            code, Case(stdin=f"{seconds}\n".encode()), queue_timeout=queue_timeout
+        )
+        answers.append(result.stdout.strip())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call, "1", QUEUE_WAIT)
+        tg.start_soon(call, "1", QUEUE_WAIT)
+        with anyio.fail_after(QUEUE_WAIT):
+            while engine._repeats.servers < engine.capacity:  # noqa: ASYNC110 - no event
+                await anyio.sleep(0.01)
+        tg.start_soon(call, "0", None)
+    assert sorted(answers) == ["False", "False", "True"]
 
 
 async def test_a_case_that_times_out_leaves_its_server_serving(engine: Engine) -> None:

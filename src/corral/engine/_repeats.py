@@ -10,7 +10,8 @@ for a batch, instead of paying for a new interpreter state every time.
   worker: making a case server costs a few cases' worth of CPU, which only a repeat repays.
 * A program has at most ``capacity`` case servers (more could not run at once), and the
   engine at most ``2 * capacity`` in all; a call that finds its program's servers busy waits
-  for one (within its queue timeout), and a call that finds no room at all runs fresh.
+  for one within its queue timeout (without one it runs fresh, since queue and run then
+  share its timeout), and a call that finds no room at all runs fresh.
 * A server is kept per (tenant, program): a tenant's cases never fork from a server another
   tenant's call made. One unused for ``IDLE_SECONDS`` is closed, as are all at engine close.
 * Every case takes a slot of the fair scheduler, as any run: a caller's waiting calls queue on
@@ -106,9 +107,9 @@ class Repeats:
         if not program.lanes:
             del self._programs[key]
 
-    async def _lane(self, key: _Key, code: str) -> Lane | None:
-        """An idle or new case server for the program, waiting for one of its own if they
-        are all busy; None when the call is to run fresh."""
+    async def _lane(self, key: _Key, code: str, *, wait: bool) -> Lane | None:
+        """An idle or new case server for the program, waiting (if ``wait``) for one of its
+        own if they are all busy; None when the call is to run fresh."""
         repeated = self._repeated(key, self._clock())
         if key not in self._programs and not repeated:
             return None
@@ -120,8 +121,9 @@ class Repeats:
                 program.lanes += 1
                 self._lanes += 1
                 return Lane(self._engine, code)
-            if not program.lanes:
-                del self._programs[key]
+            if not program.lanes or not wait:
+                if not program.lanes:
+                    del self._programs[key]
                 return None
             await program.freed.wait()
 
@@ -153,10 +155,12 @@ class Repeats:
         started = anyio.current_time()
         lane: Lane | None = None
         if queue_timeout is None:
-            lane = await self._lane(key, code)
+            # Queue and run then share the run's timeout, as for ``run``: no wait for a busy
+            # server, which would not count against it.
+            lane = await self._lane(key, code, wait=False)
         else:
             with anyio.move_on_after(queue_timeout):
-                lane = await self._lane(key, code)
+                lane = await self._lane(key, code, wait=True)
             queue_timeout = max(0.0, queue_timeout - (anyio.current_time() - started))
         if lane is None:
             return await self._engine.run(
