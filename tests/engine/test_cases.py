@@ -75,20 +75,40 @@ LEADING_IMPORTS = (
     "if n == 3:\n"
     "    import this\n"
 )
+"""Run by a case server before it forks (the first three lines): each case must still see
+exactly what a fresh run sees."""
+
+AFTER_LEADING_IMPORTS = {
+    "names, output, traceback lines": LEADING_IMPORTS,
+    "stdin bound by name": "from sys import stdin\nn = int(input())\nprint(n, list(stdin))",
+    "input bound by name": "from builtins import input\nprint(input())",
+    "argv bound by name": "from sys import argv\nprint(argv)",
+    "a late future import": "import os\nfrom __future__ import annotations\nprint('ran')",
+    "a string after the imports": "import os\n'not a docstring'\nprint(__doc__)",
+    "a compile-time warning": "import os\nx = int(input())\nprint(x is 1)",
+    "the order of globals()": "import math\nprint([k for k in globals() if k[0] != '_'])",
+    "a submodule not loaded": "from email import mime\nprint(mime.__name__)",
+}
 
 
-async def test_a_case_after_leading_imports_is_what_a_fresh_run_gives(engine: Engine) -> None:
-    # The case server runs the three imports before forking; each case must still see exactly
-    # the names, output, traceback (its line numbers) and exit a fresh run sees.
-    stdins = [b"1\n", b"2\n", b"3\n"]
-    batch = await engine.run_cases(LEADING_IMPORTS, [Case(stdin=s) for s in stdins])
-    fresh = [await engine.run(LEADING_IMPORTS, stdin=s) for s in stdins]
-    assert [r.outcome for r in batch] == ["ok", "python_error", "ok"]
+@pytest.mark.parametrize("code", AFTER_LEADING_IMPORTS.values(), ids=AFTER_LEADING_IMPORTS)
+async def test_a_case_after_leading_imports_is_what_a_fresh_run_gives(
+    engine: Engine, code: str
+) -> None:
+    stdins = [b"1\n2\n3\n", b"2\n", b"3\n"]
+    batch = await engine.run_cases(code, [Case(stdin=s) for s in stdins])
+    fresh = [await engine.run(code, stdin=s) for s in stdins]
     for case, run in zip(batch, fresh, strict=True):
         assert (case.outcome, case.stdout, case.stderr) == (run.outcome, run.stdout, run.stderr)
         assert case.error == run.error
-    assert "line 7, in <module>" in batch[1].stderr
-    assert "Beautiful is better than ugly" in batch[2].stdout
+
+
+async def test_leading_imports_keep_tracebacks_and_later_imports(engine: Engine) -> None:
+    stdins = [b"1\n", b"2\n", b"3\n"]
+    results = await engine.run_cases(LEADING_IMPORTS, [Case(stdin=s) for s in stdins])
+    assert [r.outcome for r in results] == ["ok", "python_error", "ok"]
+    assert "line 7, in <module>" in results[1].stderr
+    assert "Beautiful is better than ugly" in results[2].stdout
 
 
 async def test_invalid_code_is_refused_per_case(engine: Engine) -> None:

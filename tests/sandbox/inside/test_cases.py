@@ -62,10 +62,10 @@ def test_preimport_ignores_code_that_does_not_compile() -> None:
 
 def test_leading_imports_of_loaded_modules_run_in_the_namespace() -> None:
     namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": builtins}
-    count = _cases._run_leading_imports(
+    run = _cases._run_leading_imports(
         "import os.path\nfrom math import *\nimport json as j\nx = 1\nimport re\n", namespace
     )
-    assert count == 3  # stops at the first statement that is not such an import
+    assert run == {0, 1, 2}  # up to the first statement that is not such an import
     assert namespace["os"] is os
     assert namespace["pi"] == math.pi
     assert namespace["j"] is json
@@ -82,6 +82,8 @@ def test_leading_imports_of_loaded_modules_run_in_the_namespace() -> None:
         pytest.param("import this\n", id="a module that prints"),
         pytest.param("from .sibling import x\n", id="a relative import"),
         pytest.param("import (\n", id="code that does not parse"),
+        pytest.param("from sys import stdin\n", id="what each run sets afresh in sys"),
+        pytest.param("from builtins import *\n", id="what each run sets afresh in builtins"),
     ],
 )
 def test_leading_imports_that_are_not_of_loaded_modules_are_left_to_the_cases(
@@ -89,7 +91,7 @@ def test_leading_imports_that_are_not_of_loaded_modules_are_left_to_the_cases(
 ) -> None:
     sys.modules.pop("this", None)
     namespace: dict[str, object] = {}
-    assert _cases._run_leading_imports(code, namespace) == 0
+    assert not _cases._run_leading_imports(code, namespace)
     assert namespace == {}
 
 
@@ -108,11 +110,36 @@ def test_leading_imports_that_bind_a_name_the_run_sets_are_left_to_the_cases(
     exporter: types.ModuleType,
 ) -> None:
     namespace: dict[str, object] = {"kept": 1}
-    assert (
-        _cases._run_leading_imports(f"import os\nfrom {exporter.__name__} import *\n", namespace)
-        == 0
-    )
+    code = f"import os\nfrom {exporter.__name__} import *\n"
+    assert not _cases._run_leading_imports(code, namespace)
     assert namespace == {"kept": 1}  # the import of os is undone too
+
+
+def test_imports_from_sys_and_builtins_stay_in_place_and_later_ones_run_around_them() -> None:
+    namespace: dict[str, object] = {"__builtins__": builtins}
+    code = (
+        "from sys import stdin, argv\n"  # left to each case: each run sets them afresh
+        "import json\n"  # binds none of their names: run in the server
+        "from builtins import *\n"  # left
+        "from io import *\n"  # binds open, which the statement above binds too: stop
+        "import re\n"
+    )
+    assert _cases._run_leading_imports(code, namespace) == {1}
+    assert namespace["json"] is json
+    assert "stdin" not in namespace
+    assert "open" not in namespace
+
+
+def test_a_name_a_loaded_module_does_not_hold_yet_is_left_to_the_cases(
+    exporter: types.ModuleType,
+) -> None:
+    # ``from package import submodule`` would import it (and run its code) in the server.
+    namespace: dict[str, object] = {}
+    code = f"from {exporter.__name__} import not_imported_yet\n"
+    assert not _cases._run_leading_imports(code, namespace)
+    exporter.__all__ = ["input_files", "not_imported_yet"]  # type: ignore[attr-defined]
+    assert not _cases._run_leading_imports(f"from {exporter.__name__} import *\n", namespace)
+    assert namespace == {}
 
 
 def test_leading_imports_that_fail_or_warn_are_undone(exporter: types.ModuleType) -> None:
@@ -126,7 +153,7 @@ def test_leading_imports_that_fail_or_warn_are_undone(exporter: types.ModuleType
         f"from {exporter.__name__} import old\n",
     ):
         namespace: dict[str, object] = {}
-        assert _cases._run_leading_imports(code, namespace) == 0
+        assert not _cases._run_leading_imports(code, namespace)
         assert namespace == {}
 
 

@@ -20,9 +20,12 @@ of a ``RunRequest``, it
   when that is a standard-library or preloaded module, except the few with side effects one
   would see (``this``, ``antigravity``...) and any that warns as it is imported (it is
   dropped again, so each case sees the warning as it would have);
-* runs the code's leading import statements, when each only binds names to such modules
-  (``import re``, ``from math import *``) and does so without a warning or an error, in the
-  namespace its cases inherit, and compiles the cases' code without them. A case then starts
+* runs the code's leading import statements, when each only binds names to what loaded
+  modules already hold (``import re``, ``from math import *``; never ``from sys`` or ``from
+  builtins``, whose ``stdin``, ``argv`` and ``input`` each run sets afresh) and does so
+  without a warning, an error or an import, in the namespace its cases inherit, and compiles
+  the cases' code with those statements as ``pass`` (a later ``from __future__`` or string is
+  then still what it is in a fresh run). A case then starts
   with those names bound, as a fresh run has them after its first lines, and does not pay
   for binding them: a star import touches (and so copies) every page that holds one of the
   module's objects;
@@ -150,35 +153,79 @@ _SET_PER_RUN = frozenset(
 each case, which binds it after the run has set it, as a fresh run does."""
 
 
-def _binds_only_a_loaded_module(node: ast.stmt) -> bool:
+_REBOUND_PER_RUN = frozenset({"sys", "builtins"})
+"""Modules whose attributes a run sets afresh (``sys.stdin``, ``sys.argv``, ``input``):
+``from sys import stdin`` must bind the case's, so it is left to the case."""
+
+
+def _bound_by(node: ast.stmt) -> frozenset[str] | None:
+    """The names the statement binds, when it only binds them to what loaded modules hold
+    already (so it imports nothing and runs no module code: a name ``from`` would import is a
+    submodule); None for any other statement."""
     if isinstance(node, ast.Import):
-        names = [alias.name for alias in node.names]
-    elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-        names = [node.module]
-    else:
-        return False
-    return all(
-        name in sys.modules
-        and name.partition(".")[0] not in _NOT_PREIMPORTED
-        and name != "__future__"
-        for name in names
-    )
+        if not all(
+            alias.name in sys.modules and alias.name.partition(".")[0] not in _NOT_PREIMPORTED
+            for alias in node.names
+        ):
+            return None
+        return frozenset(alias.asname or alias.name.partition(".")[0] for alias in node.names)
+    if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+        return None
+    module = sys.modules.get(node.module)
+    if module is None or node.module.partition(".")[0] in _NOT_PREIMPORTED:
+        return None
+    held = vars(module)
+    if [alias.name for alias in node.names] == ["*"]:
+        exported = held.get("__all__")
+        if exported is None:
+            return frozenset(name for name in held if not name.startswith("_"))
+        names = list(exported) if isinstance(exported, list | tuple) else [0]
+        if all(isinstance(name, str) and name in held for name in names):
+            return frozenset(str(name) for name in names)
+        return None
+    if all(alias.name in held for alias in node.names):
+        return frozenset(alias.asname or alias.name for alias in node.names)
+    return None
 
 
-def _run_leading_imports(code: str, namespace: dict[str, Any]) -> int:
-    """Run the code's leading imports of modules already loaded into ``namespace``; the
-    number of statements run (0 when running them would differ from a fresh run's)."""
+def _leading_imports(tree: ast.Module) -> list[int]:
+    """Which of the leading statements the server may run for its cases: binding-only imports
+    (``_bound_by``), except those from ``sys`` and ``builtins`` (left to each case, in place),
+    and then only one that binds none of the names those left before it bind (running it
+    first must not change which binding wins)."""
+    run: list[int] = []
+    left: set[str] = set()
+    for index, node in enumerate(tree.body):
+        names = _bound_by(node)
+        if names is None or _is_future(node):
+            break
+        if isinstance(node, ast.ImportFrom) and node.module in _REBOUND_PER_RUN:
+            left |= names
+        elif names & left:
+            break
+        else:
+            run.append(index)
+    return run
+
+
+def _is_future(node: ast.stmt) -> bool:
+    return isinstance(node, ast.ImportFrom) and node.module == "__future__"
+
+
+def _run_leading_imports(code: str, namespace: dict[str, Any]) -> frozenset[int]:
+    """Run the code's leading imports of what loaded modules hold, in ``namespace``; the
+    indices of the statements run (none when running them would differ from a fresh run)."""
     try:
         tree = ast.parse(code, CELL_FILENAME)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return 0
-    count = 0
-    while count < len(tree.body) and _binds_only_a_loaded_module(tree.body[count]):
-        count += 1
-    if not count:
-        return 0
+        return frozenset()
+    run = _leading_imports(tree)
+    if not run:
+        return frozenset()
     before = dict(namespace)
-    leading = compile(ast.Module(body=tree.body[:count], type_ignores=[]), CELL_FILENAME, "exec")
+    loaded = set(sys.modules)
+    statements = [tree.body[index] for index in run]
+    leading = compile(ast.Module(body=statements, type_ignores=[]), CELL_FILENAME, "exec")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -187,11 +234,14 @@ def _run_leading_imports(code: str, namespace: dict[str, Any]) -> int:
         except Exception:  # noqa: BLE001 - each case then fails on it as it would
             failed = True
     changed = {name for name, value in namespace.items() if before.get(name, _UNSET) is not value}
-    if failed or caught or changed & _SET_PER_RUN:
+    imported = set(sys.modules) - loaded
+    if failed or caught or imported or changed & _SET_PER_RUN:
         namespace.clear()
         namespace.update(before)
-        return 0
-    return count
+        for name in imported:
+            del sys.modules[name]
+        return frozenset()
+    return frozenset(run)
 
 
 def _snapshot(roots: tuple[str, ...] = _ROOTS) -> Baseline:
@@ -385,11 +435,19 @@ def serve_cases(request: CasesRequest, namespace: dict[str, Any], run_case: RunC
     sc.set_dumpable(False)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # no handler: no signal from a case lands
     _preimport(request.code)
+    # Where a fresh run has them (before the code's own names: globals() keeps that order).
+    namespace.setdefault("input_files", {})
+    namespace.setdefault("input_assets", {})
     skip = _run_leading_imports(request.code, namespace)
-    try:
-        cell: Cell | None = compile_cell(request.code, skip=skip)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        cell = None  # each case compiles it again and reports the error as a fresh run does
+    cell: Cell | None = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with contextlib.suppress(SyntaxError, ValueError, RecursionError, MemoryError):
+            cell = compile_cell(request.code, skip=skip)
+    if caught:
+        # A SyntaxWarning, say: each case compiles the code itself and shows it, as a fresh
+        # run does. So does a code that does not compile, and reports the error.
+        cell = None
     baseline = _snapshot()
     control = socket.socket(fileno=_PROTOCOL_FD)
     control.setblocking(True)

@@ -239,9 +239,11 @@ Cell = tuple[types.CodeType, types.CodeType | None]
 """A compiled cell: its body, and its trailing expression (None when there is none)."""
 
 
-def compile_cell(code: str, filename: str = CELL_FILENAME, *, skip: int = 0) -> Cell:
-    """Compile a cell once, for many runs (a batch's cases), without its first ``skip``
-    statements (run already); the rest keep their line numbers.
+def compile_cell(
+    code: str, filename: str = CELL_FILENAME, *, skip: frozenset[int] = frozenset()
+) -> Cell:
+    """Compile a cell once, for many runs (a batch's cases), its top-level statements at the
+    indices in ``skip`` (run already) as ``pass``; the rest keep their line numbers.
 
     Raises:
         SyntaxError, ValueError: as ``compile`` does; ``execute_cell`` reports those.
@@ -249,9 +251,12 @@ def compile_cell(code: str, filename: str = CELL_FILENAME, *, skip: int = 0) -> 
     return _split(code, filename, skip)
 
 
-def _split(code: str, filename: str, skip: int = 0) -> Cell:
+def _split(code: str, filename: str, skip: frozenset[int] = frozenset()) -> Cell:
     tree = ast.parse(code, filename, "exec")
-    del tree.body[:skip]
+    # Run already, they become ``pass``: removing them would let a later ``from __future__``
+    # or string literal become the first statement, which a fresh run does not see.
+    for index in skip:
+        tree.body[index] = ast.copy_location(ast.Pass(), tree.body[index])
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     last: types.CodeType | None = None
     final = tree.body[-1] if tree.body else None
