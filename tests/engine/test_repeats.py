@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import AsyncIterator
 
 import anyio
@@ -181,3 +183,48 @@ async def test_a_closed_engine_closes_its_servers(engine: Engine) -> None:
     await _where(engine)
     await engine.aclose()
     assert engine._repeats.servers == 0
+
+
+async def test_calls_waiting_for_servers_count_against_the_queue_bounds() -> None:
+    code = "import time\ntime.sleep(0.3)\nprint('slept')"
+    async with Engine(capacity=2, queue_size=2, max_queued_per_tenant=1) as small:
+        first = await small.run_case(code, Case(), queue_timeout=QUEUE_WAIT)
+        assert first.outcome == "ok"
+        outcomes: list[str] = []
+
+        async def call() -> None:
+            result = await small.run_case(code, Case(), queue_timeout=QUEUE_WAIT)
+            outcomes.append(result.outcome)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(16):
+                tg.start_soon(call)
+    # As fresh runs would be: a few run, the rest find the queue full.
+    assert set(outcomes) == {"ok", "busy"}
+    assert outcomes.count("ok") <= 2 + 1 + 2  # two on servers, one waiting, two queued
+
+
+async def test_a_kept_server_that_died_while_idle_is_replaced(engine: Engine) -> None:
+    await _where(engine)
+    kept = await _where(engine)
+    (program,) = engine._repeats._programs.values()
+    (lane, _) = program.idle[0]
+    server = lane._server
+    assert server is not None
+    os.kill(server.pid, signal.SIGKILL)
+    with anyio.fail_after(QUEUE_WAIT):
+        while lane.alive():  # noqa: ASYNC110 - the pidfd is not awaited here
+            await anyio.sleep(0.01)
+    replaced = await _where(engine)  # not a worker_error: the death was nobody's case
+    assert replaced not in ("fresh", kept)
+    assert engine._repeats.servers == 1
+
+
+async def test_a_bad_stdin_fails_at_the_call_and_keeps_the_server(engine: Engine) -> None:
+    await _where(engine)
+    await _where(engine)
+    with pytest.raises(TypeError, match="stdin must be bytes"):
+        await engine.run_case(WHERE, Case(stdin="1\n"))  # type: ignore[arg-type]
+    assert engine._repeats.servers == 1
+    result = await engine.run_case(WHERE, Case(stdin=bytearray(b"7\n")))  # type: ignore[arg-type]
+    assert result.stdout.split()[1] == "7"

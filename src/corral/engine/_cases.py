@@ -70,8 +70,12 @@ class Lane:
 
     @property
     def serving(self) -> bool:
-        """Whether its case server is alive for another case."""
+        """Whether its case server is kept for another case."""
         return self._server is not None and not self._server.retired
+
+    def alive(self) -> bool:
+        """Whether its case server is kept and its process still there."""
+        return self._server is not None and self.serving and not self._server.worker.exited()
 
     def serial(self) -> contextlib.AbstractAsyncContextManager[object]:
         return contextlib.nullcontext()

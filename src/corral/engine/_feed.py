@@ -31,7 +31,9 @@ class Feed:
 
     def __post_init__(self) -> None:
         stdin: object = self.stdin  # typed bytes, but a caller without mypy may pass text
-        if stdin is not None and not isinstance(stdin, bytes):
+        if isinstance(stdin, bytearray | memoryview):
+            object.__setattr__(self, "stdin", bytes(stdin))
+        elif stdin is not None and not isinstance(stdin, bytes):
             kind = type(stdin).__name__
             raise TypeError(f"stdin must be bytes (encode text first), not {kind}")
 

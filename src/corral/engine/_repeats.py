@@ -14,15 +14,19 @@ for a batch, instead of paying for a new interpreter state every time.
   share its timeout), and a call that finds no room at all runs fresh.
 * A server is kept per (tenant, program): a tenant's cases never fork from a server another
   tenant's call made. One unused for ``IDLE_SECONDS`` is closed, as are all at engine close.
-* Every case takes a slot of the fair scheduler, as any run: a caller's waiting calls queue on
-  its own servers, so they never hold more than one place each in the scheduler's queue.
+* Every case takes a slot of the fair scheduler, as any run. Calls waiting for their
+  program's servers count against the scheduler's bounds (``queue_size`` and
+  ``max_queued_per_tenant``) as if they waited in its queue: past them a call runs fresh,
+  and so gets the scheduler's ``busy``, as any run would.
+* A kept server found dead when a call takes it is dropped and the next one (or a new one)
+  taken: its death is nobody's result.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -31,6 +35,7 @@ import anyio
 
 from corral._limits import Limits
 from corral.engine._cases import Case, Lane, run_on_lane
+from corral.engine._feed import Feed
 from corral.engine._result import ExecutionResult
 from corral.engine._runs import Runs
 
@@ -72,6 +77,7 @@ class Repeats:
         self._last_call: OrderedDict[_Key, float] = OrderedDict()
         self._programs: dict[_Key, _Program] = {}
         self._lanes = 0
+        self._waiting: Counter[str] = Counter()
 
     @property
     def servers(self) -> int:
@@ -101,11 +107,7 @@ class Repeats:
 
     def _drop(self, program: _Program, key: _Key, index: int) -> None:
         lane, _ = program.idle.pop(index)
-        lane.close()
-        self._lanes -= 1
-        program.lanes -= 1
-        if not program.lanes:
-            del self._programs[key]
+        self._forget(program, key, lane)
 
     async def _lane(self, key: _Key, code: str, *, wait: bool) -> Lane | None:
         """An idle or new case server for the program, waiting (if ``wait``) for one of its
@@ -116,29 +118,49 @@ class Repeats:
         while True:
             program = self._programs.setdefault(key, _Program())
             if program.idle:
-                return program.idle.pop()[0]
+                lane = program.idle.pop()[0]
+                if lane.alive():
+                    return lane
+                self._forget(program, key, lane)  # it may have been the program's last
+                continue
             if program.lanes < self._engine.capacity and self._room():
                 program.lanes += 1
                 self._lanes += 1
                 return Lane(self._engine, code)
-            if not program.lanes or not wait:
+            if not program.lanes or not wait or not self._may_wait(key[0]):
                 if not program.lanes:
                     del self._programs[key]
                 return None
-            await program.freed.wait()
+            self._waiting[key[0]] += 1
+            try:
+                await program.freed.wait()
+            finally:
+                self._waiting[key[0]] -= 1
+                if not self._waiting[key[0]]:
+                    del self._waiting[key[0]]
+
+    def _may_wait(self, tenant: str) -> bool:
+        """Whether one more call may wait, as the scheduler's queue bounds would let it."""
+        scheduler = self._runs.scheduler
+        queued = scheduler.statistics().queued + self._waiting.total()
+        mine = scheduler.queued_for(tenant) + self._waiting[tenant]
+        return queued < scheduler.queue_size and mine < scheduler.max_queued_per_tenant
+
+    def _forget(self, program: _Program, key: _Key, lane: Lane) -> None:
+        lane.close()
+        self._lanes -= 1
+        program.lanes -= 1
+        if not program.lanes:
+            del self._programs[key]
 
     def _give_back(self, key: _Key, lane: Lane, keep: bool) -> None:
         program = self._programs[key]
         if keep and self._runs.open:
             program.idle.append((lane, self._clock()))
         else:
-            lane.close()
-            self._lanes -= 1
-            program.lanes -= 1
+            self._forget(program, key, lane)
         program.freed.set()
         program.freed = anyio.Event()
-        if not program.lanes:
-            del self._programs[key]
 
     async def run(
         self,
@@ -151,6 +173,7 @@ class Repeats:
         tenant: str,
     ) -> ExecutionResult:
         """One call's result: from a kept case server when the program repeats."""
+        Feed(case.stdin, files)  # a stdin that is not bytes fails here, before any wait
         key = (tenant, hashlib.sha256(code.encode("utf-8", "surrogatepass")).digest())
         started = anyio.current_time()
         lane: Lane | None = None

@@ -208,6 +208,10 @@ class Scheduler:
     def waiting(self) -> int:
         return self._queued
 
+    def queued_for(self, tenant: str) -> int:
+        """Jobs of ``tenant`` waiting for a slot."""
+        return len(self._queues.get(tenant, ()))
+
     def statistics(self) -> SchedulerStatistics:
         return SchedulerStatistics(
             self.capacity,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import array
 import contextlib
 import os
+import select
 import signal
 import socket
 from collections.abc import Awaitable, Callable
@@ -330,6 +331,15 @@ class Worker:
             return
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self._pidfd, signum)
+
+    def exited(self) -> bool:
+        """Whether the worker's process has ended (known only where it has a pidfd)."""
+        if self.closed:
+            return True
+        if self._pidfd is None:
+            return False
+        readable, _, _ = select.select([self._pidfd], [], [], 0)
+        return bool(readable)
 
     def close(self) -> None:
         """Kill the worker (if alive) and release every fd; idempotent."""
