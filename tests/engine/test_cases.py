@@ -88,6 +88,16 @@ AFTER_LEADING_IMPORTS = {
     "a compile-time warning": "import os\nx = int(input())\nprint(x is 1)",
     "the order of globals()": "import math\nprint([k for k in globals() if k[0] != '_'])",
     "a submodule not loaded": "from email import mime\nprint(mime.__name__)",
+    "stdin through star imports": (
+        "from sys import *\nfrom builtins import *\nimport json\n"
+        "n = int(input())\nprint(n, stdin.read().split(), argv, json.dumps(n))"
+    ),
+    "every name of sys and builtins": (
+        "from sys import *\nfrom builtins import *\nimport sys, builtins\n"
+        "for module in (sys, builtins):\n"
+        "    names = [n for n in dir(module) if not n.startswith('_')]\n"
+        "    print(sorted(n for n in names if globals().get(n) is not getattr(module, n)))"
+    ),
 }
 
 

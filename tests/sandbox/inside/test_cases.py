@@ -21,6 +21,8 @@ import pytest
 
 from corral.sandbox.inside import _cases
 
+NONE_RUN: tuple[frozenset[int], tuple[object, ...]] = (frozenset(), ())
+
 WARNS = "tests.sandbox.inside.warns_on_import"
 
 
@@ -62,10 +64,11 @@ def test_preimport_ignores_code_that_does_not_compile() -> None:
 
 def test_leading_imports_of_loaded_modules_run_in_the_namespace() -> None:
     namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": builtins}
-    run = _cases._run_leading_imports(
+    run, rebindings = _cases._run_leading_imports(
         "import os.path\nfrom math import *\nimport json as j\nx = 1\nimport re\n", namespace
     )
     assert run == {0, 1, 2}  # up to the first statement that is not such an import
+    assert rebindings == ()
     assert namespace["os"] is os
     assert namespace["pi"] == math.pi
     assert namespace["j"] is json
@@ -91,7 +94,7 @@ def test_leading_imports_that_are_not_of_loaded_modules_are_left_to_the_cases(
 ) -> None:
     sys.modules.pop("this", None)
     namespace: dict[str, object] = {}
-    assert not _cases._run_leading_imports(code, namespace)
+    assert _cases._run_leading_imports(code, namespace) == NONE_RUN
     assert namespace == {}
 
 
@@ -111,23 +114,45 @@ def test_leading_imports_that_bind_a_name_the_run_sets_are_left_to_the_cases(
 ) -> None:
     namespace: dict[str, object] = {"kept": 1}
     code = f"import os\nfrom {exporter.__name__} import *\n"
-    assert not _cases._run_leading_imports(code, namespace)
+    assert _cases._run_leading_imports(code, namespace) == NONE_RUN
     assert namespace == {"kept": 1}  # the import of os is undone too
 
 
-def test_imports_from_sys_and_builtins_stay_in_place_and_later_ones_run_around_them() -> None:
+def test_what_each_run_sets_afresh_is_noted_for_each_case_to_bind_again() -> None:
     namespace: dict[str, object] = {"__builtins__": builtins}
-    code = (
-        "from sys import stdin, argv\n"  # left to each case: each run sets them afresh
-        "import json\n"  # binds none of their names: run in the server
-        "from builtins import *\n"  # left
-        "from io import *\n"  # binds open, which the statement above binds too: stop
-        "import re\n"
-    )
-    assert _cases._run_leading_imports(code, namespace) == {1}
+    code = "from sys import stdin, argv as arguments\nimport json\nfrom builtins import *\n"
+    run, rebindings = _cases._run_leading_imports(code, namespace)
+    assert run == {0, 1, 2}
+    assert namespace["stdin"] is sys.stdin
     assert namespace["json"] is json
-    assert "stdin" not in namespace
-    assert "open" not in namespace
+    assert {(m.__name__, attribute, name) for m, attribute, name, _ in rebindings} == {
+        ("sys", "stdin", "stdin"),
+        ("sys", "argv", "arguments"),
+        ("builtins", "input", "input"),
+    }
+    assert {name for _, _, name, _ in rebindings} <= set(namespace)
+
+
+def test_a_case_binds_again_only_what_its_run_changed_and_no_later_import_rebound() -> None:
+    module = types.ModuleType("corral_test_run_state")
+    server, later = object(), object()
+    for attribute in ("changed", "kept", "removed", "overridden"):
+        setattr(module, attribute, server)
+    namespace: dict[str, object] = {"a": server, "b": server, "c": server, "d": later}
+    rebindings = tuple(
+        (module, attribute, name, server)
+        for attribute, name in (
+            ("changed", "a"),
+            ("kept", "b"),
+            ("removed", "c"),
+            ("overridden", "d"),
+        )
+    )
+    case = object()
+    module.changed = module.overridden = case  # type: ignore[attr-defined]
+    delattr(module, "removed")
+    _cases.rebind_run_values(rebindings, namespace)
+    assert namespace == {"a": case, "b": server, "d": later}
 
 
 def test_a_name_a_loaded_module_does_not_hold_yet_is_left_to_the_cases(
@@ -136,9 +161,10 @@ def test_a_name_a_loaded_module_does_not_hold_yet_is_left_to_the_cases(
     # ``from package import submodule`` would import it (and run its code) in the server.
     namespace: dict[str, object] = {}
     code = f"from {exporter.__name__} import not_imported_yet\n"
-    assert not _cases._run_leading_imports(code, namespace)
+    assert _cases._run_leading_imports(code, namespace) == NONE_RUN
     exporter.__all__ = ["input_files", "not_imported_yet"]  # type: ignore[attr-defined]
-    assert not _cases._run_leading_imports(f"from {exporter.__name__} import *\n", namespace)
+    code = f"from {exporter.__name__} import *\n"
+    assert _cases._run_leading_imports(code, namespace) == NONE_RUN
     assert namespace == {}
 
 
@@ -153,7 +179,7 @@ def test_leading_imports_that_fail_or_warn_are_undone(exporter: types.ModuleType
         f"from {exporter.__name__} import old\n",
     ):
         namespace: dict[str, object] = {}
-        assert not _cases._run_leading_imports(code, namespace)
+        assert _cases._run_leading_imports(code, namespace) == NONE_RUN
         assert namespace == {}
 
 

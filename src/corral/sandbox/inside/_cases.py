@@ -21,11 +21,12 @@ of a ``RunRequest``, it
   would see (``this``, ``antigravity``...) and any that warns as it is imported (it is
   dropped again, so each case sees the warning as it would have);
 * runs the code's leading import statements, when each only binds names to what loaded
-  modules already hold (``import re``, ``from math import *``; never ``from sys`` or ``from
-  builtins``, whose ``stdin``, ``argv`` and ``input`` each run sets afresh) and does so
-  without a warning, an error or an import, in the namespace its cases inherit, and compiles
-  the cases' code with those statements as ``pass`` (a later ``from __future__`` or string is
-  then still what it is in a fresh run). A case then starts
+  modules already hold (``import re``, ``from math import *``) and does so without a
+  warning, an error or an import, in the namespace its cases inherit, and compiles the cases'
+  code with those statements as ``pass`` (a later ``from __future__`` or string is then still
+  what it is in a fresh run). A name those imports bound to what each run sets afresh
+  (``sys.stdin``, ``sys.argv``, ``input``: ``SET_BY_EACH_RUN``) is bound again in each
+  case, to the case's own, just before its code runs. A case then starts
   with those names bound, as a fresh run has them after its first lines, and does not pay
   for binding them: a star import touches (and so copies) every page that holds one of the
   module's objects;
@@ -61,6 +62,7 @@ import array
 import ast
 import contextlib
 import ctypes
+import functools
 import importlib
 import os
 import resource
@@ -71,6 +73,7 @@ import socket
 import stat
 import sys
 import time
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -88,10 +91,11 @@ from corral.sandbox._case_protocol import (
 from corral.sandbox._protocol import HEADER, MAX_CONTROL_FRAME, write_frames_sync
 from corral.sandbox.inside._cell import CELL_FILENAME, Cell, compile_cell
 
-__all__ = ["serve_cases"]
+__all__ = ["SET_BY_EACH_RUN", "rebind_run_values", "serve_cases"]
 
-RunCase = Callable[[Cell | None], None]
-"""The runner's one-shot run of a case in the child: reads its request from fd 3."""
+RunCase = Callable[[Cell | None, Callable[[], None] | None], None]
+"""The runner's one-shot run of a case in the child (reads its request from fd 3), given the
+compiled code and what to call just before the code runs."""
 
 _STDLIB = frozenset(sys.stdlib_module_names)
 _NOT_PREIMPORTED = frozenset(
@@ -153,9 +157,16 @@ _SET_PER_RUN = frozenset(
 each case, which binds it after the run has set it, as a fresh run does."""
 
 
-_REBOUND_PER_RUN = frozenset({"sys", "builtins"})
-"""Modules whose attributes a run sets afresh (``sys.stdin``, ``sys.argv``, ``input``):
-``from sys import stdin`` must bind the case's, so it is left to the case."""
+SET_BY_EACH_RUN: dict[str, frozenset[str]] = {
+    "sys": frozenset({"stdin", "argv"}),
+    "builtins": frozenset({"input"}),
+}
+"""What a run sets afresh in a module before its code starts (``_feed``'s stdin, ``input``,
+``prepare_script``'s ``argv``). A name the server's run of the leading imports bound to one
+of these (``from sys import stdin``) is bound again in each case, to the case's own."""
+
+Rebinding = tuple[types.ModuleType, str, str, object]
+"""A module, its attribute, the name the leading imports bound it to, and its value then."""
 
 
 def _bound_by(node: ast.stmt) -> frozenset[str] | None:
@@ -189,39 +200,64 @@ def _bound_by(node: ast.stmt) -> frozenset[str] | None:
 
 
 def _leading_imports(tree: ast.Module) -> list[int]:
-    """Which of the leading statements the server may run for its cases: binding-only imports
-    (``_bound_by``), except those from ``sys`` and ``builtins`` (left to each case, in place),
-    and then only one that binds none of the names those left before it bind (running it
-    first must not change which binding wins)."""
+    """The leading statements that only bind names to what loaded modules hold already
+    (``_bound_by``), up to the first other one or a ``__future__`` import."""
     run: list[int] = []
-    left: set[str] = set()
     for index, node in enumerate(tree.body):
-        names = _bound_by(node)
-        if names is None or _is_future(node):
+        if _bound_by(node) is None or _is_future(node):
             break
-        if isinstance(node, ast.ImportFrom) and node.module in _REBOUND_PER_RUN:
-            left |= names
-        elif names & left:
-            break
-        else:
-            run.append(index)
+        run.append(index)
     return run
+
+
+def _set_by_each_run(statements: list[ast.stmt]) -> list[tuple[str, str, str]]:
+    """(module, attribute, bound name) for what ``statements`` bind from ``SET_BY_EACH_RUN``."""
+    found: list[tuple[str, str, str]] = []
+    for node in statements:
+        if not isinstance(node, ast.ImportFrom) or node.module not in SET_BY_EACH_RUN:
+            continue
+        for alias in node.names:
+            attributes = SET_BY_EACH_RUN[node.module]
+            if alias.name == "*":
+                found.extend((node.module, name, name) for name in sorted(attributes))
+            elif alias.name in attributes:
+                found.append((node.module, alias.name, alias.asname or alias.name))
+    return found
+
+
+def rebind_run_values(rebindings: tuple[Rebinding, ...], namespace: dict[str, Any]) -> None:
+    """In a case, just before its code runs: what the leading imports bound from
+    ``SET_BY_EACH_RUN`` becomes what the case's run has set there, as a fresh run binds it.
+    A name a later import bound to something else keeps that."""
+    for module, attribute, name, value in rebindings:
+        now = vars(module).get(attribute, _UNSET)
+        if now is not value and namespace.get(name, _UNSET) is value:
+            if now is _UNSET:
+                del namespace[name]
+            else:
+                namespace[name] = now
 
 
 def _is_future(node: ast.stmt) -> bool:
     return isinstance(node, ast.ImportFrom) and node.module == "__future__"
 
 
-def _run_leading_imports(code: str, namespace: dict[str, Any]) -> frozenset[int]:
-    """Run the code's leading imports of what loaded modules hold, in ``namespace``; the
-    indices of the statements run (none when running them would differ from a fresh run)."""
+Leading = tuple[frozenset[int], tuple[Rebinding, ...]]
+"""The indices of the statements a server ran for its cases, and what each case rebinds."""
+_NONE_RUN: Leading = (frozenset(), ())
+
+
+def _run_leading_imports(code: str, namespace: dict[str, Any]) -> Leading:
+    """Run the code's leading imports of what loaded modules hold, in ``namespace``: the
+    statements run (none when running them would differ from a fresh run) and what each case
+    must bind again (``rebind_run_values``)."""
     try:
         tree = ast.parse(code, CELL_FILENAME)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return frozenset()
+        return _NONE_RUN
     run = _leading_imports(tree)
     if not run:
-        return frozenset()
+        return _NONE_RUN
     before = dict(namespace)
     loaded = set(sys.modules)
     statements = [tree.body[index] for index in run]
@@ -240,8 +276,12 @@ def _run_leading_imports(code: str, namespace: dict[str, Any]) -> frozenset[int]
         namespace.update(before)
         for name in imported:
             del sys.modules[name]
-        return frozenset()
-    return frozenset(run)
+        return _NONE_RUN
+    rebindings = tuple(
+        (sys.modules[module], attribute, name, vars(sys.modules[module]).get(attribute, _UNSET))
+        for module, attribute, name in _set_by_each_run(statements)
+    )
+    return frozenset(run), rebindings
 
 
 def _snapshot(roots: tuple[str, ...] = _ROOTS) -> Baseline:
@@ -364,7 +404,9 @@ def _receive(control: socket.socket) -> tuple[bytes | None, list[int]]:
     return None, []
 
 
-def _child(fds: list[int], run_case: RunCase, cell: Cell | None) -> None:
+def _child(
+    fds: list[int], run_case: RunCase, cell: Cell | None, prelude: Callable[[], None] | None
+) -> None:
     for fd, target in zip(fds, (_PROTOCOL_FD, 1, 2), strict=True):
         os.dup2(fd, target)
     os.closerange(_PROTOCOL_FD + 1, 1 << 20)  # the server's control socket among them
@@ -373,7 +415,7 @@ def _child(fds: list[int], run_case: RunCase, cell: Cell | None) -> None:
     # A POSIX message queue cannot be listed without mounting mqueue, so none could be
     # removed after its case: a case may create none.
     resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
-    run_case(cell)
+    run_case(cell, prelude)
 
 
 def _one_case(
@@ -382,6 +424,7 @@ def _one_case(
     control: socket.socket,
     run_case: RunCase,
     cell: Cell | None,
+    prelude: Callable[[], None] | None,
     baseline: Baseline,
 ) -> CaseEnded | None:
     """Run one case to its end; None when the engine has gone away."""
@@ -389,7 +432,7 @@ def _one_case(
 
     pid = os.fork()
     if pid == 0:
-        run_then_exit("case", lambda: _child(fds, run_case, cell))
+        run_then_exit("case", lambda: _child(fds, run_case, cell, prelude))
     for fd in fds:
         os.close(fd)
     deadline = time.monotonic() + start.seconds + _OWN_TIMER_MARGIN
@@ -438,7 +481,8 @@ def serve_cases(request: CasesRequest, namespace: dict[str, Any], run_case: RunC
     # Where a fresh run has them (before the code's own names: globals() keeps that order).
     namespace.setdefault("input_files", {})
     namespace.setdefault("input_assets", {})
-    skip = _run_leading_imports(request.code, namespace)
+    skip, rebindings = _run_leading_imports(request.code, namespace)
+    prelude = functools.partial(rebind_run_values, rebindings, namespace) if rebindings else None
     cell: Cell | None = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -463,7 +507,7 @@ def serve_cases(request: CasesRequest, namespace: dict[str, Any], run_case: RunC
             for fd in fds:  # a late CaseStop for a case our own timer ended
                 os.close(fd)
             continue
-        ended = _one_case(command, fds, control, run_case, cell, baseline)
+        ended = _one_case(command, fds, control, run_case, cell, prelude, baseline)
         if ended is None:
             return
         write_frames_sync(_PROTOCOL_FD, encode_case_message(ended))

@@ -320,17 +320,21 @@ def execute_cell(
     on_error: Callable[[str], None],
     filename: str = CELL_FILENAME,
     cell: Cell | None = None,
+    prelude: Callable[[], None] | None = None,
 ) -> CellOutput:
     """Run one cell in ``namespace``; exceptions become ``CellOutput.error``.
 
     ``filename`` names the code in tracebacks (a script's path, or ``<cell>``); ``cell`` is
-    the code compiled already (by ``compile_cell`` with the same name), if it was.
+    the code compiled already (by ``compile_cell`` with the same name), if it was;
+    ``prelude`` is called just before the code runs.
     """
     out = CellOutput()
     lines = code.splitlines(keepends=True)
     linecache.cache[filename] = (len(code), None, lines, filename)
     try:
         body, last = _split(code, filename) if cell is None else cell
+        if prelude is not None:
+            prelude()
         _run(body, namespace)
         if last is not None:
             value = _run(last, namespace)

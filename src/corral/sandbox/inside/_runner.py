@@ -198,6 +198,7 @@ def _serve_one(
     cwd: str,
     session: bool,
     cell: Cell | None = None,
+    prelude: Callable[[], None] | None = None,
 ) -> None:
     limits = request.limits
     _isolate.bound_run(
@@ -228,7 +229,7 @@ def _serve_one(
     if session:
         output = _interruptible(request.code, namespace, filename)
     else:
-        output = execute_cell(request.code, namespace, DISPLAY, _on_error, filename, cell)
+        output = execute_cell(request.code, namespace, DISPLAY, _on_error, filename, cell, prelude)
     _flush()
     frames = _report(limits, output, cwd, session, before)
     with _WRITE:
@@ -329,12 +330,18 @@ def serve(
             return
 
 
-def _run_case(code: str, namespace: dict[str, Any], cwd: str, cell: Cell | None) -> None:
+def _run_case(
+    code: str,
+    namespace: dict[str, Any],
+    cwd: str,
+    cell: Cell | None,
+    prelude: Callable[[], None] | None,
+) -> None:
     """In a case server's child: serve the case's request as a fresh one-shot worker would,
     with the code the server compiled (the request carries none)."""
     _reseed()
     request = decode_request(read_frame_sync(PROTOCOL_FD, _MAX_REQUEST))
-    _serve_one(dataclasses.replace(request, code=code), namespace, cwd, False, cell)
+    _serve_one(dataclasses.replace(request, code=code), namespace, cwd, False, cell, prelude)
 
 
 def run_then_exit(what: str, body: Callable[[], object]) -> NoReturn:
