@@ -339,17 +339,30 @@ async def test_a_cancelled_waiter_leaves_its_tenants_queue() -> None:
 
 
 @pytest.mark.isolation
-async def test_real_runs_of_a_second_key_start_at_the_next_free_worker() -> None:
+async def test_real_runs_of_a_second_key_start_at_the_next_free_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     log: list[str] = []
 
     def recorder(tenant: str) -> Callable[[RunEvent], None]:
         def record(event: RunEvent) -> None:
-            if event.phase in ("queued", "started"):
-                log.append(f"{tenant} {event.phase}")
+            if event.phase == "queued":
+                log.append(f"{tenant} queued")
 
         return record
 
     async with Engine(capacity=2, limits=Limits(timeout=60)) as engine:
+        # Grants are logged as the scheduler makes them: a granted run's "started" event
+        # comes only once its task runs again, which on a loaded machine can be after a
+        # later run has queued.
+        scheduler = engine._scheduler
+        take = scheduler._take
+
+        def granting(tenant: str) -> None:
+            take(tenant)
+            log.append(f"{tenant} granted")
+
+        monkeypatch.setattr(scheduler, "_take", granting)
 
         async def stream(tenant: str, runs: int) -> None:
             for _ in range(runs):
@@ -366,10 +379,10 @@ async def test_real_runs_of_a_second_key_start_at_the_next_free_worker() -> None
                     await anyio.sleep(0.01)
             await stream("b", 3)
     # In first-come order each b run would wait behind a's two queued runs; fairly, it
-    # takes the next worker that frees (at most one a run may start in the same instant).
+    # takes the next worker that frees.
     for i, entry in enumerate(log):
         if entry == "b queued":
-            until = log.index("b started", i)
-            assert log[i:until].count("a started") <= 1, log
-    assert log.count("b started") == 3
+            until = log.index("b granted", i)
+            assert log[i:until].count("a granted") == 0, log
+    assert log.count("b granted") == 3
     assert "b queued" in log  # b did meet a queue: the check above was not vacuous
