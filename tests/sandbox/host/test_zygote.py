@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -86,3 +87,35 @@ async def test_its_exit_is_seen_after_the_control_socket_closes_under_a_watcher(
         ours.close()
         with anyio.fail_after(10):
             assert await process.wait() == 0
+
+
+async def test_a_worker_knows_when_it_has_exited_whatever_its_pidfds_number() -> None:
+    # Past select's FD_SETSIZE (1024), as in a server holding many connections.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), max(hard, 2048)))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        async with anyio.create_task_group() as tg:
+            zygote = Zygote(preload=())
+            await zygote.start(tg)
+            try:
+                worker = await zygote.spawn_ready()
+                assert worker._pidfd is not None
+                assert worker._pidfd > 1024
+                assert not worker.exited()
+                watch = os.pidfd_open(worker.pid)
+                try:
+                    worker.kill()
+                    with anyio.fail_after(10):
+                        await anyio.wait_readable(watch)
+                finally:
+                    os.close(watch)
+                assert worker.exited()
+                worker.close()
+                assert worker.exited()
+            finally:
+                await zygote.aclose()
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -338,8 +338,11 @@ class Worker:
             return True
         if self._pidfd is None:
             return False
-        readable, _, _ = select.select([self._pidfd], [], [], 0)
-        return bool(readable)
+        # poll, not select: an engine serving many connections holds descriptors past
+        # select's FD_SETSIZE.
+        poller = select.poll()
+        poller.register(self._pidfd, select.POLLIN)
+        return bool(poller.poll(0))
 
     def close(self) -> None:
         """Kill the worker (if alive) and release every fd; idempotent."""
