@@ -86,6 +86,7 @@ AFTER_LEADING_IMPORTS = {
     "a late future import": "import os\nfrom __future__ import annotations\nprint('ran')",
     "a string after the imports": "import os\n'not a docstring'\nprint(__doc__)",
     "a compile-time warning": "import os\nx = int(input())\nprint(x is 1)",
+    "a parser's warning": "import os\nprint(len('\\d'))",
     "the order of globals()": "import math\nprint([k for k in globals() if k[0] != '_'])",
     "a submodule not loaded": "from email import mime\nprint(mime.__name__)",
     "stdin through star imports": (

@@ -75,7 +75,8 @@ class Lane:
 
     def alive(self) -> bool:
         """Whether its case server is kept and its process still there."""
-        return self._server is not None and self.serving and not self._server.worker.exited()
+        server = self._server
+        return server is not None and not server.retired and not server.worker.exited()
 
     def serial(self) -> contextlib.AbstractAsyncContextManager[object]:
         return contextlib.nullcontext()

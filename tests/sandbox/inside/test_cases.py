@@ -21,7 +21,19 @@ import pytest
 
 from corral.sandbox.inside import _cases
 
-NONE_RUN: tuple[frozenset[int], tuple[object, ...]] = (frozenset(), ())
+
+def _preimport(code: str) -> None:
+    tree = _cases._parsed(code)
+    if tree is not None:
+        _cases._preimport(tree)
+
+
+def _leading(code: str, namespace: dict[str, object]) -> _cases.Leading:
+    tree = _cases._parsed(code)
+    return NONE_RUN if tree is None else _cases._run_leading_imports(tree, namespace)
+
+
+NONE_RUN: _cases.Leading = (frozenset(), ())
 
 WARNS = "tests.sandbox.inside.warns_on_import"
 
@@ -39,7 +51,7 @@ def forget() -> Iterator[None]:
 def test_preimport_takes_standard_library_imports_at_top_level() -> None:
     for name in ("colorsys", "wave", "this", "sched"):
         sys.modules.pop(name, None)
-    _cases._preimport(
+    _preimport(
         "import colorsys\nfrom wave import open as wopen\nimport this\n"
         "def f():\n    import sched\n"
         "import surely_not_a_module_anywhere\n"
@@ -54,17 +66,17 @@ def test_preimport_takes_standard_library_imports_at_top_level() -> None:
 @pytest.mark.usefixtures("forget")
 def test_preimport_drops_a_module_that_warns_as_it_is_imported() -> None:
     sys.modules.pop(WARNS, None)
-    _cases._preimport(f"import {WARNS}\n")
+    _preimport(f"import {WARNS}\n")
     assert WARNS not in sys.modules  # each case imports it, and sees the warning
 
 
 def test_preimport_ignores_code_that_does_not_compile() -> None:
-    _cases._preimport("import (\n")
+    _preimport("import (\n")
 
 
 def test_leading_imports_of_loaded_modules_run_in_the_namespace() -> None:
     namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": builtins}
-    run, rebindings = _cases._run_leading_imports(
+    run, rebindings = _leading(
         "import os.path\nfrom math import *\nimport json as j\nx = 1\nimport re\n", namespace
     )
     assert run == {0, 1, 2}  # up to the first statement that is not such an import
@@ -94,7 +106,7 @@ def test_leading_imports_that_are_not_of_loaded_modules_are_left_to_the_cases(
 ) -> None:
     sys.modules.pop("this", None)
     namespace: dict[str, object] = {}
-    assert _cases._run_leading_imports(code, namespace) == NONE_RUN
+    assert _leading(code, namespace) == NONE_RUN
     assert namespace == {}
 
 
@@ -114,14 +126,14 @@ def test_leading_imports_that_bind_a_name_the_run_sets_are_left_to_the_cases(
 ) -> None:
     namespace: dict[str, object] = {"kept": 1}
     code = f"import os\nfrom {exporter.__name__} import *\n"
-    assert _cases._run_leading_imports(code, namespace) == NONE_RUN
+    assert _leading(code, namespace) == NONE_RUN
     assert namespace == {"kept": 1}  # the import of os is undone too
 
 
 def test_what_each_run_sets_afresh_is_noted_for_each_case_to_bind_again() -> None:
     namespace: dict[str, object] = {"__builtins__": builtins}
     code = "from sys import stdin, argv as arguments\nimport json\nfrom builtins import *\n"
-    run, rebindings = _cases._run_leading_imports(code, namespace)
+    run, rebindings = _leading(code, namespace)
     assert run == {0, 1, 2}
     assert namespace["stdin"] is sys.stdin
     assert namespace["json"] is json
@@ -161,10 +173,10 @@ def test_a_name_a_loaded_module_does_not_hold_yet_is_left_to_the_cases(
     # ``from package import submodule`` would import it (and run its code) in the server.
     namespace: dict[str, object] = {}
     code = f"from {exporter.__name__} import not_imported_yet\n"
-    assert _cases._run_leading_imports(code, namespace) == NONE_RUN
+    assert _leading(code, namespace) == NONE_RUN
     exporter.__all__ = ["input_files", "not_imported_yet"]  # type: ignore[attr-defined]
     code = f"from {exporter.__name__} import *\n"
-    assert _cases._run_leading_imports(code, namespace) == NONE_RUN
+    assert _leading(code, namespace) == NONE_RUN
     assert namespace == {}
 
 
@@ -179,7 +191,7 @@ def test_leading_imports_that_fail_or_warn_are_undone(exporter: types.ModuleType
         f"from {exporter.__name__} import old\n",
     ):
         namespace: dict[str, object] = {}
-        assert _cases._run_leading_imports(code, namespace) == NONE_RUN
+        assert _leading(code, namespace) == NONE_RUN
         assert namespace == {}
 
 

@@ -118,11 +118,15 @@ Baseline = dict[str, int]
 """Every entry under the writable folders: its mode, or -1 for a mount point."""
 
 
-def _preimport(code: str) -> None:
+def _parsed(code: str) -> ast.Module | None:
+    """``code``'s syntax tree, or None when it does not parse (each case then reports that)."""
     try:
-        tree = ast.parse(code)
+        return ast.parse(code, CELL_FILENAME)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return
+        return None
+
+
+def _preimport(tree: ast.Module) -> None:
     names: list[str] = []
     body = list(tree.body)
     while body:
@@ -247,14 +251,10 @@ Leading = tuple[frozenset[int], tuple[Rebinding, ...]]
 _NONE_RUN: Leading = (frozenset(), ())
 
 
-def _run_leading_imports(code: str, namespace: dict[str, Any]) -> Leading:
+def _run_leading_imports(tree: ast.Module, namespace: dict[str, Any]) -> Leading:
     """Run the code's leading imports of what loaded modules hold, in ``namespace``: the
     statements run (none when running them would differ from a fresh run) and what each case
     must bind again (``rebind_run_values``)."""
-    try:
-        tree = ast.parse(code, CELL_FILENAME)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return _NONE_RUN
     run = _leading_imports(tree)
     if not run:
         return _NONE_RUN
@@ -477,21 +477,27 @@ def serve_cases(request: CasesRequest, namespace: dict[str, Any], run_case: RunC
         raise RuntimeError("a case server must be init of its own pid namespace")
     sc.set_dumpable(False)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # no handler: no signal from a case lands
-    _preimport(request.code)
     # Where a fresh run has them (before the code's own names: globals() keeps that order).
     namespace.setdefault("input_files", {})
     namespace.setdefault("input_assets", {})
-    skip, rebindings = _run_leading_imports(request.code, namespace)
-    prelude = functools.partial(rebind_run_values, rebindings, namespace) if rebindings else None
     cell: Cell | None = None
+    prelude: Callable[[], None] | None = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with contextlib.suppress(SyntaxError, ValueError, RecursionError, MemoryError):
-            cell = compile_cell(request.code, skip=skip)
-    if caught:
-        # A SyntaxWarning, say: each case compiles the code itself and shows it, as a fresh
-        # run does. So does a code that does not compile, and reports the error.
-        cell = None
+        tree = _parsed(request.code)
+    if tree is not None and not caught:  # a parser's warning: each case must show it too
+        _preimport(tree)
+        skip, rebindings = _run_leading_imports(tree, namespace)
+        if rebindings:
+            prelude = functools.partial(rebind_run_values, rebindings, namespace)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with contextlib.suppress(SyntaxError, ValueError, RecursionError, MemoryError):
+                cell = compile_cell(tree, request.code, skip=skip)
+        if caught:
+            # A SyntaxWarning, say: each case compiles the code itself and shows it, as a
+            # fresh run does. So does code that does not compile, and reports the error.
+            cell = None
     baseline = _snapshot()
     control = socket.socket(fileno=_PROTOCOL_FD)
     control.setblocking(True)

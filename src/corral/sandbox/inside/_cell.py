@@ -240,23 +240,31 @@ Cell = tuple[types.CodeType, types.CodeType | None]
 
 
 def compile_cell(
-    code: str, filename: str = CELL_FILENAME, *, skip: frozenset[int] = frozenset()
+    tree: ast.Module,
+    code: str,
+    filename: str = CELL_FILENAME,
+    *,
+    skip: frozenset[int] = frozenset(),
 ) -> Cell:
-    """Compile a cell once, for many runs (a batch's cases), its top-level statements at the
-    indices in ``skip`` (run already) as ``pass``; the rest keep their line numbers.
+    """Compile a cell once, for many runs (a batch's cases), from ``tree`` (``code`` parsed,
+    which this changes), its top-level statements at the indices in ``skip`` (run already)
+    as ``pass``; the rest keep their line numbers.
 
     Raises:
         SyntaxError, ValueError: as ``compile`` does; ``execute_cell`` reports those.
     """
-    return _split(code, filename, skip)
-
-
-def _split(code: str, filename: str, skip: frozenset[int] = frozenset()) -> Cell:
-    tree = ast.parse(code, filename, "exec")
     # Run already, they become ``pass``: removing them would let a later ``from __future__``
     # or string literal become the first statement, which a fresh run does not see.
     for index in skip:
         tree.body[index] = ast.copy_location(ast.Pass(), tree.body[index])
+    return _compile_tree(tree, code, filename)
+
+
+def _split(code: str, filename: str) -> Cell:
+    return _compile_tree(ast.parse(code, filename, "exec"), code, filename)
+
+
+def _compile_tree(tree: ast.Module, code: str, filename: str) -> Cell:
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     last: types.CodeType | None = None
     final = tree.body[-1] if tree.body else None
