@@ -67,17 +67,6 @@ Body = TypeVar("Body", bound=BaseModel)
 class _FedEngine(Protocol):
     """The part of ``corral.engine.Engine`` these routes call."""
 
-    async def run(
-        self,
-        code: str,
-        *,
-        limits: Limits | None = None,
-        stdin: bytes | None = None,
-        files: Mapping[str, bytes] | None = None,
-        queue_timeout: float | None = None,
-        tenant: str = "",
-    ) -> ExecutionResult: ...
-
     async def run_case(
         self,
         code: str,
