@@ -94,13 +94,7 @@ async def read_message(request: Request) -> dict[str, Any]:
         if flags & 0x01:
             raise ConnectError("unimplemented", "compressed messages are not supported")
         body = body[_HEADER.size : _HEADER.size + size]
-    try:
-        message = json.loads(body or b"{}")
-    except ValueError:
-        raise ConnectError("invalid_argument", "the request message is not JSON") from None
-    if not isinstance(message, dict):
-        raise ConnectError("invalid_argument", "the request message is not an object")
-    return message
+    return _object(body)
 
 
 async def read_stream(request: Request) -> AsyncIterator[dict[str, Any]]:
@@ -130,7 +124,7 @@ async def read_stream(request: Request) -> AsyncIterator[dict[str, Any]]:
         raise ConnectError("invalid_argument", "the request stream ends in a partial message")
 
 
-def _object(payload: bytes) -> dict[str, Any]:
+def _object(payload: bytes | bytearray) -> dict[str, Any]:
     try:
         message = json.loads(payload or b"{}")
     except ValueError:
