@@ -31,7 +31,7 @@ import pytest
 import corral.engine._supply
 from corral._uids import DEFAULT_UID_RANGE
 from corral.errors import ZygoteUnavailable
-from corral.sandbox import ErrorReport, Holder, RunRequest, Worker
+from corral.sandbox import ErrorReport, Holder, RunRequest, Worker, Zygote
 from corral.sandbox._protocol import (
     HEADER,
     Done,
@@ -169,14 +169,7 @@ class FakeZygote:
         self.spawned += 1
         return _start(self._tg, type(self).handler, None)
 
-    async def spawn_ready(self, *, work_bytes: int | None = None) -> Worker:
-        worker = await self.spawn(work_bytes=work_bytes)
-        try:
-            await worker.wait_ready()
-        except BaseException:
-            worker.close()
-            raise
-        return worker
+    spawn_ready = Zygote.spawn_ready  # the real one: it only calls spawn and the worker
 
     async def spawn_holder(self, disk_bytes: int) -> Holder:
         if self._tg is None or self.dead.is_set():
