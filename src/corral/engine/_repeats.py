@@ -173,7 +173,7 @@ class Repeats:
         tenant: str,
     ) -> ExecutionResult:
         """One call's result: from a kept case server when the program repeats."""
-        Feed(case.stdin, files)  # a stdin that is not bytes fails here, before any wait
+        feed = Feed(case.stdin, files)  # a stdin that is not bytes fails here, before a wait
         key = (tenant, hashlib.sha256(code.encode("utf-8", "surrogatepass")).digest())
         started = anyio.current_time()
         lane: Lane | None = None
@@ -200,9 +200,8 @@ class Repeats:
                 self._runs,
                 lane,
                 code,
-                case,
-                limits=limits,
-                files=files,
+                feed,
+                limits=case.limits or limits,
                 queue_timeout=queue_timeout,
                 tenant=tenant,
             )
