@@ -194,9 +194,10 @@ def _bound_by(node: ast.stmt) -> frozenset[str] | None:
         exported = held.get("__all__")
         if exported is None:
             return frozenset(name for name in held if not name.startswith("_"))
-        names = list(exported) if isinstance(exported, list | tuple) else [0]
-        if all(isinstance(name, str) and name in held for name in names):
-            return frozenset(str(name) for name in names)
+        if isinstance(exported, list | tuple) and all(
+            isinstance(name, str) and name in held for name in exported
+        ):
+            return frozenset(exported)
         return None
     if all(alias.name in held for alias in node.names):
         return frozenset(alias.asname or alias.name for alias in node.names)
