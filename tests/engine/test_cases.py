@@ -64,6 +64,24 @@ async def test_a_server_that_misses_its_grace_is_killed_and_replaced(
     assert healthy[0].stdout == "fine\n"
 
 
+async def test_a_case_that_breaks_what_its_server_restores_ends_that_server(
+    engine: Engine,
+) -> None:
+    # The case's clean-up runs after its slot is given back, and its lane's next case waits
+    # for it: a server that could not put /tmp back serves no later case.
+    code = (
+        "import shutil\n"
+        + NAMESPACE.replace("input()", "os.path.isdir('/tmp/matplotlib')")
+        + "\nif input() == 'break':\n    shutil.rmtree('/tmp/matplotlib')\n"
+    )
+    stdins = [b"break\n", *[b"keep\n"] * 5]
+    results = await engine.run_cases(code, [Case(stdin=s) for s in stdins])
+    assert [r.outcome for r in results] == ["ok"] * 6
+    seen = [r.stdout.split() for r in results]
+    assert [fresh for _, fresh in seen] == ["True"] * 6
+    assert seen[0][0] not in {server for server, _ in seen[1:]}
+
+
 LEADING_IMPORTS = (
     "import sys\n"
     "from math import *\n"

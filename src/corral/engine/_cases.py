@@ -5,11 +5,13 @@ compiled the program once and imported what it imports, ``corral.sandbox.inside.
 runs its share of the cases one after another, each through the engine's one run path
 (``Runs.run``): validation, evidence, its own deadline, the fair scheduler's slot, the bounded
 reader, the result. A slot is taken per case, so other callers keep their turn between two
-cases of a batch, and a case that times out holds its lane for its own timeout only. A batch
-starts with one lane and opens another whenever one of its cases gets a slot while another
-stands free with nobody waiting: alone, a batch uses every worker; among many, each keeps to
-one lane, and so to one case server (making one costs a fresh worker and the program's
-preparation, a few cases' worth of CPU).
+cases of a batch, and a case that times out holds its lane for its own timeout only. A case
+that has answered gives its slot back at once: its server kills what is left of it, reaps and
+restores its folders meanwhile, and only the lane's next case waits for that, as the kernel
+tears a fresh worker down after its slot too. A batch starts with one lane and opens another
+whenever one of its cases gets a slot while another stands free with nobody waiting: alone, a
+batch uses every worker; among many, each keeps to one lane, and so to one case server
+(making one costs a fresh worker and the program's preparation, a few cases' worth of CPU).
 
 Each case's deadline is the engine's, as for any run: when it passes, the lane stops the case
 (the server kills its processes and restores the folders) and the case is ``timeout``. A case
@@ -102,8 +104,10 @@ class Lane:
         self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
     ) -> ExecutionResult:
         server = self._server
-        if server is not None and server.work_bytes != job.limits.work_bytes:
-            server.retire()  # its /work was sized when it was made
+        if server is not None:
+            await server.end_stop(STOP_GRACE)  # the last case's clean-up, done meanwhile
+            if server.work_bytes != job.limits.work_bytes:
+                server.retire()  # its /work was sized when it was made
         if server is None or server.retired:
             opened = await self._open(job, evidence)
             if isinstance(opened, ExecutionResult):
@@ -118,9 +122,15 @@ class Lane:
             return job.stopped("worker_error", f"the case server failed: {exc}", evidence)
         # The request carries no code: the server compiled it, and evidence names it.
         result = await self._engine._runs.execute_on(case, job, "", inputs, evidence)
-        ended = await server.stop(STOP_GRACE)
-        if result.outcome == "worker_error" and ended is not None and ended.timed_out:
-            result = job.stopped(*stop_message(job), evidence)  # the server's timer, not a crash
+        if result.outcome == "worker_error":
+            ended = await server.stop(STOP_GRACE)
+            if ended is not None and ended.timed_out:
+                result = job.stopped(*stop_message(job), evidence)  # the server's timer
+        else:
+            # The case has answered: the server kills what is left of it, reaps and restores
+            # its folders after this run has given back its slot. The lane's next case waits
+            # for that (``end_stop``); nobody else has to, as after a fresh worker's exit.
+            await server.begin_stop(STOP_GRACE)
         self._close_case()
         return result
 

@@ -90,6 +90,36 @@ async def test_a_finished_case_is_stopped_and_the_server_stays(zygote: Zygote) -
     assert server.worker.closed  # killed by its pidfd, descriptors released
 
 
+async def test_a_stop_can_be_begun_now_and_waited_for_later(zygote: Zygote) -> None:
+    server = await _server(zygote, "open('left.txt', 'w').write(input())\nprint('wrote')")
+    try:
+        case = await server.start(10)
+        out, err = _Sink(), _Sink()
+        request = RunRequest(code="", limits=LIMITS, stdin=b"x")
+        with anyio.fail_after(20):
+            await case.execute(request, out, err, lambda: None)
+        case.close()
+        await server.begin_stop(5)
+        with pytest.raises(RuntimeError, match="end_stop"):
+            await server.start(10)  # its folders may not be restored yet
+        ended = await server.end_stop(5)
+        assert ended is not None
+        assert (ended.timed_out, ended.clean) == (False, True)
+        assert await server.end_stop(5) is None  # nothing left to wait for
+        again = await server.start(10)
+        try:
+            check = RunRequest(code="", limits=LIMITS, stdin=b"y")
+            with anyio.fail_after(20):
+                report = await again.execute(check, out, err, lambda: None)
+        finally:
+            again.close()
+        assert report.done.error is None  # left.txt was wiped, then written afresh
+        assert out.data == b"wrote\nwrote\n"
+        assert not server.retired
+    finally:
+        server.retire()
+
+
 async def test_a_server_that_is_gone_fails_the_case_and_retires(zygote: Zygote) -> None:
     server = await _server(zygote, "print(1)")
     server.worker.kill()

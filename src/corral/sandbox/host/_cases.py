@@ -42,6 +42,7 @@ class CaseServer:
         """The size of the worker's /work and /tmp, fixed when it was made."""
         self.retired = False
         """Set once the server may serve no further case (killed, or told us so)."""
+        self._stopping = False
 
     @property
     def pid(self) -> int:
@@ -67,6 +68,8 @@ class CaseServer:
         """
         if self.retired:
             raise WorkerCrashed("the case server is retired")
+        if self._stopping:
+            raise RuntimeError("the last case has not ended: call end_stop first")
         # No task waits on any of these yet, so they are closed without notify_closing.
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fds: list[int] = []
@@ -112,16 +115,38 @@ class CaseServer:
         retired (killed). Shielded: a cancelled caller must still leave the server usable
         or dead. The case's handle stays open: what its processes wrote before they died
         is still in its pipes."""
-        if self.retired:
+        await self.begin_stop(grace)
+        return await self.end_stop(grace)
+
+    async def begin_stop(self, grace: float) -> None:
+        """Tell the server to end the current case, without waiting for it to be done
+        (``end_stop`` waits); the server kills, reaps and restores meanwhile. Shielded, and
+        retires the server when it does not take the message within ``grace`` seconds."""
+        if self.retired or self._stopping:
+            return
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(grace):
+                try:
+                    await self.worker._send(encode_case_message(CaseStop()))
+                    self._stopping = True
+                    return
+                except WorkerError:
+                    pass
+        self.retire()
+
+    async def end_stop(self, grace: float) -> CaseEnded | None:
+        """Wait for the server's answer to ``begin_stop``: None, and the server retired, when
+        it failed or missed ``grace`` seconds or could not restore its folders."""
+        if self.retired or not self._stopping:
             return None
         with anyio.CancelScope(shield=True):
             ended: CaseEnded | None = None
             with anyio.move_on_after(grace):
                 try:
-                    await self.worker._send(encode_case_message(CaseStop()))
                     ended = await self._ended()
                 except WorkerError:
                     ended = None
+        self._stopping = False
         if ended is None or not ended.clean:
             self.retire()
         return ended
