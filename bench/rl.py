@@ -10,7 +10,9 @@ through, in one run on this machine:
   least 32), against a server process (this script with ``--serve``) on 127.0.0.1 (a
   problem's first case runs fresh, its repeats fork from a case server kept for it);
 * ``POST /run_code_batch``, one request per problem (50 cases each), same client concurrency
-  (each case forks from a case server that compiled the problem's code once);
+  (each case forks from a case server that compiled the problem's code once); a round sends
+  it ``--concurrency`` problems of its own, so that as many requests are in flight as on the
+  other paths (a round's ``--problems`` would keep only that many batches going);
 * ``corral batch`` on a JSONL file of every case (its rate after engine start-up; repeats of
   a problem fork from kept case servers too);
 * ``python3 -I -c`` per case at the same concurrency: no isolation, the floor any
@@ -384,8 +386,11 @@ async def server(folder: Path, capacity: int) -> AsyncIterator[tuple[str, int]]:
 async def run(args: argparse.Namespace) -> list[Row]:
     """Every path on every round's share of the problems, interleaved, so that a machine
     whose load changes during the run (other work on a shared box) weighs on all alike."""
-    work = problems(args.problems * args.rounds)
     c, k = args.concurrency, args.capacity
+    # A request of the batch route carries a problem's 50 cases: it takes ``c`` problems a
+    # round to keep ``c`` requests in flight, as the other paths' single cases do.
+    batched = max(args.problems, c)
+    work = problems((args.problems + batched) * args.rounds)
     names = [
         "/run_code",
         f"/run_code_batch ({CASES_PER_PROBLEM} cases per request)",
@@ -397,10 +402,12 @@ async def run(args: argparse.Namespace) -> list[Row]:
         folder = Path(tmp)
         async with server(folder, k) as plain:
             for round_ in range(args.rounds):
-                share = work[round_ * args.problems : (round_ + 1) * args.problems]
+                first = round_ * (args.problems + batched)
+                share = work[first : first + args.problems]
+                batches = work[first + args.problems : first + args.problems + batched]
                 rows = [
                     await bench_run_code(*plain, share, c, names[0]),
-                    await bench_batch_route(*plain, share, c),
+                    await bench_batch_route(*plain, batches, c),
                     bench_corral_batch(share, k, folder),
                     await bench_subprocess(share, c),
                 ]
@@ -449,8 +456,9 @@ def main() -> None:
         "p99 ms",
         "errors",
     ]
-    print(f"{rows[0].cases} cases, client concurrency {args.concurrency}, capacity "
-          f"{args.capacity}; {machine_summary()}")  # fmt: skip
+    print(f"{rows[0].cases} cases per path ({rows[1].cases} on the batch route), client "
+          f"concurrency {args.concurrency}, capacity {args.capacity}; "
+          f"{machine_summary()}")  # fmt: skip
     print(render_table(headers, table, markdown=args.markdown))
 
 
