@@ -228,3 +228,67 @@ async def test_a_bad_stdin_fails_at_the_call_and_keeps_the_server(engine: Engine
     assert engine._repeats.servers == 1
     result = await engine.run_case(WHERE, Case(stdin=bytearray(b"7\n")))  # type: ignore[arg-type]
     assert result.stdout.split()[1] == "7"
+
+
+async def test_a_freed_server_goes_to_the_call_that_waited_longest() -> None:
+    # At capacity 1 a program has one server. While it serves A's first case, W waits for
+    # it; A's next call, made the moment its first returns, queues behind W instead of
+    # taking the server straight back.
+    code = "import time\nn = input()\nprint(time.time())\nif n == 'slow':\n    time.sleep(1)\n"
+    started: dict[str, float] = {}
+    async with Engine(capacity=1, limits=Limits(timeout=10)) as single:
+
+        async def call(name: str, stdin: bytes) -> None:
+            result = await single.run_case(
+                code, Case(stdin=stdin), tenant="t", queue_timeout=QUEUE_WAIT
+            )
+            assert result.outcome == "ok", result
+            started[name] = float(result.stdout)
+
+        async def first_then_next() -> None:
+            await call("A1", b"slow\n")
+            await call("A2", b"\n")
+
+        await call("fresh", b"\n")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first_then_next)
+            with anyio.fail_after(QUEUE_WAIT):
+                while single._repeats.servers < 1:  # noqa: ASYNC110 - no event for it
+                    await anyio.sleep(0.01)
+                tg.start_soon(call, "W", b"\n")
+                while not single._repeats._waiting:  # noqa: ASYNC110 - no event for it
+                    await anyio.sleep(0.01)
+            assert "A1" not in started  # W began waiting while A's first case ran
+    assert started["A1"] < started["W"] < started["A2"]
+    assert single._repeats.servers == 0  # closed with the engine
+
+
+async def test_a_call_that_gives_up_waiting_leaves_the_line() -> None:
+    code = (
+        "import os, time\nn = input()\nif n == 'slow':\n    time.sleep(1)\n"
+        "print('fresh' if os.getpid() == 1 else 'server')\n"
+    )
+    outcomes: dict[str, tuple[str, str]] = {}
+    async with Engine(capacity=1, limits=Limits(timeout=10)) as single:
+
+        async def call(name: str, stdin: bytes, queue_timeout: float) -> None:
+            result = await single.run_case(
+                code, Case(stdin=stdin), tenant="t", queue_timeout=queue_timeout
+            )
+            outcomes[name] = (result.outcome, result.stdout.strip())
+
+        await call("first", b"\n", QUEUE_WAIT)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, "A", b"slow\n", QUEUE_WAIT)
+            with anyio.fail_after(QUEUE_WAIT):
+                while single._repeats.servers < 1:  # noqa: ASYNC110 - no event for it
+                    await anyio.sleep(0.01)
+                tg.start_soon(call, "impatient", b"\n", 0.2)
+                tg.start_soon(call, "patient", b"\n", QUEUE_WAIT)
+        (program,) = single._repeats._programs.values()
+        assert not program.waiters
+        assert single._repeats.servers == 1
+    assert outcomes["first"] == ("ok", "fresh")
+    assert outcomes["A"] == ("ok", "server")
+    assert outcomes["impatient"][0] == "busy"  # its wait spent its queue timeout
+    assert outcomes["patient"] == ("ok", "server")

@@ -11,7 +11,8 @@ for a batch, instead of paying for a new interpreter state every time.
 * A program has at most ``capacity`` case servers (more could not run at once), and the
   engine at most ``2 * capacity`` in all; a call that finds its program's servers busy waits
   for one within its queue timeout (without one it runs fresh, since queue and run then
-  share its timeout), and a call that finds no room at all runs fresh.
+  share its timeout), and a call that finds no room at all runs fresh. A freed server goes
+  to the call that has waited longest, not to whichever call comes next.
 * A server is kept per (tenant, program): a tenant's cases never fork from a server another
   tenant's call made. One unused for ``IDLE_SECONDS`` is closed, as are all at engine close.
 * Every case takes a slot of the fair scheduler, as any run. Calls waiting for their
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -56,13 +57,24 @@ _SERVERS_PER_SLOT = 2
 _Key = tuple[str, bytes]
 
 
+class _Waiter:
+    """A call waiting for one of its program's servers: handed one, or woken to make one."""
+
+    __slots__ = ("event", "lane")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.lane: Lane | None = None
+
+
 @dataclass(slots=True)
 class _Program:
-    """One tenant's program: its case servers, idle ones last used first."""
+    """One tenant's program: its case servers, idle ones last used first, and the calls
+    waiting for one, first come first served."""
 
     lanes: int = 0
     idle: list[tuple[Lane, float]] = field(default_factory=list)
-    freed: anyio.Event = field(default_factory=anyio.Event)
+    waiters: deque[_Waiter] = field(default_factory=deque)
 
 
 class Repeats:
@@ -128,16 +140,32 @@ class Repeats:
                 self._lanes += 1
                 return Lane(self._engine, code)
             if not program.lanes or not wait or not self._may_wait(key[0]):
-                if not program.lanes:
+                if not program.lanes and not program.waiters:
                     del self._programs[key]
                 return None
+            waiter = _Waiter()
+            program.waiters.append(waiter)
             self._waiting[key[0]] += 1
             try:
-                await program.freed.wait()
+                await waiter.event.wait()
+            except BaseException:
+                if waiter.lane is not None:  # handed one as we gave up: on to the next
+                    self._give_back(key, waiter.lane, keep=True)
+                elif waiter.event.is_set():  # woken to make one: the next may instead
+                    self._wake_next(program, key)
+                else:
+                    program.waiters.remove(waiter)
+                    self._settle(program, key)
+                raise
             finally:
                 self._waiting[key[0]] -= 1
                 if not self._waiting[key[0]]:
                     del self._waiting[key[0]]
+            if waiter.lane is not None:
+                if waiter.lane.alive():
+                    return waiter.lane
+                self._forget(program, key, waiter.lane)
+            # Woken without one: a server of the program closed, so one may be made now.
 
     def _may_wait(self, tenant: str) -> bool:
         """Whether one more call may wait, as the scheduler's queue bounds would let it."""
@@ -150,17 +178,29 @@ class Repeats:
         lane.close()
         self._lanes -= 1
         program.lanes -= 1
-        if not program.lanes:
+        self._wake_next(program, key)  # it may make a server in this one's place
+
+    def _wake_next(self, program: _Program, key: _Key) -> None:
+        if program.waiters:
+            program.waiters.popleft().event.set()
+        self._settle(program, key)
+
+    def _settle(self, program: _Program, key: _Key) -> None:
+        """Forget a program with no server and nobody waiting for one."""
+        if not program.lanes and not program.waiters and self._programs.get(key) is program:
             del self._programs[key]
 
     def _give_back(self, key: _Key, lane: Lane, keep: bool) -> None:
+        """A call is done with ``lane``: the longest waiting call gets it, else it idles."""
         program = self._programs[key]
-        if keep and self._runs.open:
-            program.idle.append((lane, self._clock()))
-        else:
+        if not (keep and self._runs.open):
             self._forget(program, key, lane)
-        program.freed.set()
-        program.freed = anyio.Event()
+        elif program.waiters:
+            waiter = program.waiters.popleft()
+            waiter.lane = lane
+            waiter.event.set()
+        else:
+            program.idle.append((lane, self._clock()))
 
     async def run(
         self,
