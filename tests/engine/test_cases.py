@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import anyio
 import pytest
@@ -11,6 +13,8 @@ from corral._limits import Limits
 from corral.engine import Case, Engine
 from corral.engine import _cases as cases_module
 from corral.errors import EngineClosed
+from corral.sandbox import CaseServer
+from corral.sandbox._case_protocol import CaseEnded
 
 pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
 
@@ -55,7 +59,13 @@ async def test_each_case_has_its_own_limits(engine: Engine) -> None:
 async def test_a_server_that_misses_its_grace_is_killed_and_replaced(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cases_module, "STOP_GRACE", 0.0)  # no server can answer in time
+    async def never(self: CaseServer) -> CaseEnded:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    # No server answers in time: not even one whose answer is already in its socket.
+    monkeypatch.setattr(cases_module, "STOP_GRACE", 0.0)
+    monkeypatch.setattr(CaseServer, "_ended", never)
     cases = [Case(stdin=f"{i}\n".encode()) for i in range(6)]
     results = await engine.run_cases(NAMESPACE, cases, limits=Limits(timeout=10))
     assert [r.outcome for r in results] == ["ok"] * 6  # each had reported before its stop
@@ -80,6 +90,34 @@ async def test_a_case_that_breaks_what_its_server_restores_ends_that_server(
     seen = [r.stdout.split() for r in results]
     assert [fresh for _, fresh in seen] == ["True"] * 6
     assert seen[0][0] not in {server for server, _ in seen[1:]}
+
+
+async def test_a_case_clean_up_ends_before_the_next_case_asks_for_its_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The clean-up runs after the case gave its slot back; the lane's next case waits for
+    # it before it asks for a slot, whose clock the clean-up would otherwise spend.
+    order: list[str] = []
+    real_end_stop = CaseServer.end_stop
+
+    async def end_stop(self: CaseServer, grace: float) -> CaseEnded | None:
+        ended = await real_end_stop(self, grace)
+        if ended is not None:
+            order.append("cleaned")
+        return ended
+
+    monkeypatch.setattr(CaseServer, "end_stop", end_stop)
+    async with Engine(capacity=1, limits=Limits(timeout=10)) as single:
+        real_slot = single._runs.scheduler.slot
+
+        def slot(*args: Any, **kwargs: Any) -> AbstractAsyncContextManager[None]:
+            order.append("slot")
+            return real_slot(*args, **kwargs)
+
+        monkeypatch.setattr(single._runs.scheduler, "slot", slot)
+        results = await single.run_cases("print(input())", [Case(stdin=b"x\n")] * 3)
+    assert [r.stdout for r in results] == ["x\n"] * 3
+    assert order == ["slot", "cleaned", "slot", "cleaned", "slot"]
 
 
 LEADING_IMPORTS = (

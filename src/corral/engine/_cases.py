@@ -4,14 +4,15 @@ A batch runs on at most ``capacity`` lanes. A lane holds one case server (a fres
 compiled the program once and imported what it imports, ``corral.sandbox.inside._cases``) and
 runs its share of the cases one after another, each through the engine's one run path
 (``Runs.run``): validation, evidence, its own deadline, the fair scheduler's slot, the bounded
-reader, the result. A slot is taken per case, so other callers keep their turn between two
-cases of a batch, and a case that times out holds its lane for its own timeout only. A case
-that has answered gives its slot back at once: its server kills what is left of it, reaps and
-restores its folders meanwhile, and only the lane's next case waits for that, as the kernel
-tears a fresh worker down after its slot too. A batch starts with one lane and opens another
-whenever one of its cases gets a slot while another stands free with nobody waiting: alone, a
-batch uses every worker; among many, each keeps to one lane, and so to one case server
-(making one costs a fresh worker and the program's preparation, a few cases' worth of CPU).
+reader, the result. A slot is taken per case, so other callers keep their turn between two cases
+of a batch, and a case that times out holds its lane for its own timeout only. A case that has
+answered gives its slot back at once: its server kills what is left of it, reaps and restores
+its folders meanwhile, and only the lane's next case waits for that, before its own slot and
+clock start, as the kernel tears a fresh worker down after its slot too. A batch starts with one
+lane and opens another whenever one of its cases gets a slot while another stands free with
+nobody waiting: alone, a batch uses every worker; among many, each keeps to one lane, and so to
+one case server (making one costs a fresh worker and the program's preparation, a few cases'
+worth of CPU).
 
 Each case's deadline is the engine's, as for any run: when it passes, the lane stops the case
 (the server kills its processes and restores the folders) and the case is ``timeout``. A case
@@ -80,6 +81,13 @@ class Lane:
         server = self._server
         return server is not None and not server.retired and not server.worker.exited()
 
+    async def settle(self) -> None:
+        """Wait for the server to have cleaned up after the last case (its kill, reap and
+        restore run after that case gave back its slot), so that the next case's slot and
+        clock start after it: the clean-up is the last case's cost, not the next one's."""
+        if self._server is not None:
+            await self._server.end_stop(STOP_GRACE)
+
     def serial(self) -> contextlib.AbstractAsyncContextManager[object]:
         return contextlib.nullcontext()
 
@@ -104,10 +112,9 @@ class Lane:
         self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
     ) -> ExecutionResult:
         server = self._server
-        if server is not None:
-            await server.end_stop(STOP_GRACE)  # the last case's clean-up, done meanwhile
-            if server.work_bytes != job.limits.work_bytes:
-                server.retire()  # its /work was sized when it was made
+        if server is not None and server.work_bytes != job.limits.work_bytes:
+            server.retire()  # its /work was sized when it was made
+        await self.settle()  # done before the run's slot already, as ``run_on_lane`` does
         if server is None or server.retired:
             opened = await self._open(job, evidence)
             if isinstance(opened, ExecutionResult):
@@ -129,7 +136,7 @@ class Lane:
         else:
             # The case has answered: the server kills what is left of it, reaps and restores
             # its folders after this run has given back its slot. The lane's next case waits
-            # for that (``end_stop``); nobody else has to, as after a fresh worker's exit.
+            # for that (``settle``); nobody else has to, as after a fresh worker's exit.
             await server.begin_stop(STOP_GRACE)
         self._close_case()
         return result
@@ -169,6 +176,7 @@ async def run_on_lane(
     on_event: RunEventSink | None = None,
 ) -> ExecutionResult:
     """One case on ``lane`` through the engine's one run path (its slot, deadline, result)."""
+    await lane.settle()
     return await runs.run(
         lane,
         code,

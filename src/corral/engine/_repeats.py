@@ -127,24 +127,32 @@ class Repeats:
         repeated = self._repeated(key, self._clock())
         if key not in self._programs and not repeated:
             return None
+        waiter: _Waiter | None = None
         while True:
             program = self._programs.setdefault(key, _Program())
             if program.idle:
                 lane = program.idle.pop()[0]
                 if lane.alive():
                     return lane
-                self._forget(program, key, lane)  # it may have been the program's last
+                self._forget(program, key, lane, wake=False)  # this call makes the next one
                 continue
             if program.lanes < self._engine.capacity and self._room():
                 program.lanes += 1
                 self._lanes += 1
                 return Lane(self._engine, code)
             if not program.lanes or not wait or not self._may_wait(key[0]):
-                if not program.lanes and not program.waiters:
-                    del self._programs[key]
+                if not program.lanes:
+                    # No server of the program is left to free: those waiting run fresh too.
+                    while program.waiters:
+                        program.waiters.popleft().event.set()
+                    self._settle(program, key)
                 return None
+            again = waiter is not None  # woken to make a server and beaten to it
             waiter = _Waiter()
-            program.waiters.append(waiter)
+            if again:
+                program.waiters.appendleft(waiter)  # it keeps its place in the line
+            else:
+                program.waiters.append(waiter)
             self._waiting[key[0]] += 1
             try:
                 await waiter.event.wait()
@@ -164,7 +172,7 @@ class Repeats:
             if waiter.lane is not None:
                 if waiter.lane.alive():
                     return waiter.lane
-                self._forget(program, key, waiter.lane)
+                self._forget(program, key, waiter.lane, wake=False)  # this call replaces it
             # Woken without one: a server of the program closed, so one may be made now.
 
     def _may_wait(self, tenant: str) -> bool:
@@ -174,11 +182,14 @@ class Repeats:
         mine = scheduler.queued_for(tenant) + self._waiting[tenant]
         return queued < scheduler.queue_size and mine < scheduler.max_queued_per_tenant
 
-    def _forget(self, program: _Program, key: _Key, lane: Lane) -> None:
+    def _forget(self, program: _Program, key: _Key, lane: Lane, *, wake: bool = True) -> None:
         lane.close()
         self._lanes -= 1
         program.lanes -= 1
-        self._wake_next(program, key)  # it may make a server in this one's place
+        if wake:
+            self._wake_next(program, key)  # it may make a server in this one's place
+        else:
+            self._settle(program, key)
 
     def _wake_next(self, program: _Program, key: _Key) -> None:
         if program.waiters:

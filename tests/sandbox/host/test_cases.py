@@ -91,7 +91,7 @@ async def test_a_finished_case_is_stopped_and_the_server_stays(zygote: Zygote) -
 
 
 async def test_a_stop_can_be_begun_now_and_waited_for_later(zygote: Zygote) -> None:
-    server = await _server(zygote, "open('left.txt', 'w').write(input())\nprint('wrote')")
+    server = await _server(zygote, "open('left.txt', 'x').write(input())\nprint('wrote')")
     try:
         case = await server.start(10)
         out, err = _Sink(), _Sink()

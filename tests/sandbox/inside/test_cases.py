@@ -49,3 +49,19 @@ def test_restore_fails_when_a_folder_cannot_be_restored(tmp_path: Path) -> None:
     assert _cases._restore(baseline, roots)
     # (A folder the case made unremovable, chmod 0, is tested in the sandbox, where the
     # server is not root: tests/http/test_sandboxfusion_batch.py.)
+
+
+def test_a_restore_past_its_time_gives_up(tmp_path: Path) -> None:
+    # It runs after the case gave back its slot: a case that left more than the server may
+    # wipe in RESTORE_SECONDS costs its server, not CPU that no slot holds.
+    root = tmp_path / "work"
+    root.mkdir()
+    roots = (str(root),)
+    baseline = _cases._snapshot(roots)
+    (root / "made" / "deeper").mkdir(parents=True)
+    for name in ("a", "b", "c"):
+        (root / "made" / "deeper" / name).write_text(name)
+    assert not _cases._restore(baseline, roots, seconds=-1.0)  # out of time from the start
+    assert (root / "made").exists()  # given up on, not half-pretended
+    assert _cases._restore(baseline, roots)  # within its time, a made tree goes entirely
+    assert list(root.iterdir()) == []

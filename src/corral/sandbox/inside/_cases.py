@@ -31,7 +31,8 @@ worker's exit does: the server kills every other process of the namespace. The c
 deadline, runs out. Then the server kills every process but itself, reaps them, wipes what
 the case left in the writable folders (a mount point, the runtime's read-only binds, is never
 entered), removes System V IPC objects, and answers ``CaseEnded``. Folders it cannot restore
-exactly make it answer ``clean=False`` and exit: the engine then takes a new server.
+exactly, or not within ``RESTORE_SECONDS`` (the engine has given the case's slot back by then),
+make it answer ``clean=False`` and exit: the engine then takes a new server.
 
 Not made fresh between cases (as they are not between two fresh workers either): the hash
 seed and anything else fixed before the zygote forked. A POSIX message queue could not be
@@ -51,7 +52,6 @@ import ctypes
 import os
 import resource
 import selectors
-import shutil
 import signal
 import socket
 import stat
@@ -85,6 +85,9 @@ _ROOTS = ("/work", "/tmp", "/dev/shm")  # noqa: S108 - the worker's own tmpfs mo
 _PROTOCOL_FD = 3
 _FD_BYTES = 4
 _OWN_TIMER_MARGIN = 1.0  # seconds past the case's deadline before the server kills on its own
+RESTORE_SECONDS = 0.5
+"""How long a restore may take. It runs after the case gave back its slot: past this, the
+server gives up (unclean, so the engine replaces it) rather than spend CPU no slot holds."""
 _IPC_RMID = 0
 _SYSV = (("shm", "shmctl"), ("sem", "semctl"), ("msg", "msgctl"))
 
@@ -110,13 +113,19 @@ def _snapshot(roots: tuple[str, ...] = _ROOTS) -> Baseline:
     return entries
 
 
-def _wipe(folder: str, device: int, baseline: Baseline) -> int:
+def _wipe(folder: str, device: int, baseline: Baseline, deadline: float) -> int:
     """Remove from ``folder`` whatever is not in ``baseline``; the number of baseline entries
-    found there as they were (directories get their mode back)."""
+    found there as they were (directories get their mode back).
+
+    Raises:
+        TimeoutError: past ``deadline`` (``time.monotonic``), with the folder half wiped.
+    """
     found = 0
     with os.scandir(folder) as listing:
         entries = list(listing)
     for entry in entries:
+        if time.monotonic() > deadline:
+            raise TimeoutError("restoring the folders took too long")
         info = entry.stat(follow_symlinks=False)
         kept = baseline.get(entry.path)
         if info.st_dev != device:  # a mount point (the runtime's read-only binds): never entered
@@ -124,9 +133,10 @@ def _wipe(folder: str, device: int, baseline: Baseline) -> int:
         elif stat.S_ISDIR(info.st_mode) and kept is not None and stat.S_ISDIR(kept):
             if info.st_mode != kept:
                 os.chmod(entry.path, stat.S_IMODE(kept), follow_symlinks=False)
-            found += 1 + _wipe(entry.path, device, baseline)
+            found += 1 + _wipe(entry.path, device, baseline, deadline)
         elif stat.S_ISDIR(info.st_mode):
-            shutil.rmtree(entry.path)
+            _wipe(entry.path, device, baseline, deadline)  # nothing in it is in the baseline
+            os.rmdir(entry.path)
         else:
             os.unlink(entry.path)
     return found
@@ -153,10 +163,14 @@ def _remove_sysv_ipc() -> None:
                 raise OSError(ctypes.get_errno(), f"{call} IPC_RMID")
 
 
-def _restore(baseline: Baseline, roots: tuple[str, ...] = _ROOTS) -> bool:
-    """Put the writable folders back as they were; False if they could not be."""
+def _restore(
+    baseline: Baseline, roots: tuple[str, ...] = _ROOTS, seconds: float = RESTORE_SECONDS
+) -> bool:
+    """Put the writable folders back as they were; False if they could not be, or not within
+    ``seconds``."""
+    deadline = time.monotonic() + seconds
     try:
-        found = sum(_wipe(root, os.lstat(root).st_dev, baseline) for root in roots)
+        found = sum(_wipe(root, os.lstat(root).st_dev, baseline, deadline) for root in roots)
         if roots is _ROOTS:
             _remove_sysv_ipc()
     except (OSError, RecursionError, ValueError):
