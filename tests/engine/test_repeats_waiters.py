@@ -65,24 +65,31 @@ class Calls:
         self.got: dict[str, Any] = {}
         self.order: list[str] = []
 
-    async def start(self, name: str, key: tuple[str, bytes] = P, *, patience: float = 60) -> None:
-        async def call() -> None:
-            with anyio.move_on_after(patience) as scope:
-                lane = await self._repeats._lane(key, "code", wait=True)
-            self.got[name] = "gave up" if scope.cancelled_caught else lane
-            self.order.append(name)
+    async def start(self, *names: str, patience: float = 60) -> None:
+        """Start a call of P per name, in that order, each waiting before the next starts."""
+        for name in names:
+            self._tg.start_soon(self._call, name, patience)
+            await anyio.wait_all_tasks_blocked()
 
-        self._tg.start_soon(call)
-        await anyio.wait_all_tasks_blocked()
+    async def _call(self, name: str, patience: float) -> None:
+        with anyio.move_on_after(patience) as scope:
+            lane = await self._repeats._lane(P, "code", wait=True)
+        self.got[name] = "gave up" if scope.cancelled_caught else lane
+        self.order.append(name)
+
+
+async def _hold(repeats: Repeats, key: tuple[str, bytes] = P) -> Any:
+    """A server of ``key`` for a call that keeps it until the test gives it back."""
+    lane = await repeats._lane(key, "code", wait=True)
+    assert lane is not None
+    return lane
 
 
 async def test_a_freed_server_goes_to_the_first_in_line(repeats: Repeats) -> None:
-    held = await repeats._lane(P, "code", wait=True)
-    assert held is not None
+    held = await _hold(repeats)
     async with anyio.create_task_group() as tg:
         calls = Calls(repeats, tg)
-        await calls.start("W1")
-        await calls.start("W2")
+        await calls.start("W1", "W2")
         repeats._give_back(P, held, keep=True)  # handed to W1, which has not run yet ...
         await calls.start("late")  # ... so a call that comes now queues behind W2
         assert calls.order == ["W1"]
@@ -96,16 +103,13 @@ async def test_a_freed_server_goes_to_the_first_in_line(repeats: Repeats) -> Non
 async def test_waiters_of_a_program_left_without_a_server_run_fresh(repeats: Repeats) -> None:
     # P's only server closes; before the woken W1 runs, S takes the room left. W1 then runs
     # fresh, and so must W2: no server of P is left to free for it.
-    held_p = await repeats._lane(P, "code", wait=True)
-    held_q = await repeats._lane(Q, "code", wait=True)
-    assert held_p is not None
-    assert held_q is not None
+    held_p = await _hold(repeats, P)
+    await _hold(repeats, Q)
     async with anyio.create_task_group() as tg:
         calls = Calls(repeats, tg)
-        await calls.start("W1")
-        await calls.start("W2")
+        await calls.start("W1", "W2")
         repeats._give_back(P, held_p, keep=False)
-        assert await repeats._lane(S, "code", wait=True) is not None
+        await _hold(repeats, S)
         await anyio.wait_all_tasks_blocked()
         assert calls.got == {"W1": None, "W2": None}
     assert P not in repeats._programs
@@ -115,15 +119,12 @@ async def test_waiters_of_a_program_left_without_a_server_run_fresh(repeats: Rep
 async def test_one_woken_to_make_a_server_and_beaten_to_it_keeps_its_place(
     repeats: Repeats,
 ) -> None:
-    held = await repeats._lane(P, "code", wait=True)
-    assert held is not None
+    held = await _hold(repeats)
     async with anyio.create_task_group() as tg:
         calls = Calls(repeats, tg)
-        await calls.start("W1")
-        await calls.start("W2")
+        await calls.start("W1", "W2")
         repeats._give_back(P, held, keep=False)  # W1 is woken to make one ...
-        newcomer = await repeats._lane(P, "code", wait=True)  # ... which a newcomer makes
-        assert newcomer is not None
+        newcomer = await _hold(repeats)  # ... which a newcomer makes
         await anyio.wait_all_tasks_blocked()
         assert calls.order == []
         repeats._give_back(P, newcomer, keep=True)
@@ -134,8 +135,7 @@ async def test_one_woken_to_make_a_server_and_beaten_to_it_keeps_its_place(
 
 
 async def test_a_waiter_that_gives_up_leaves_the_line(repeats: Repeats) -> None:
-    held = await repeats._lane(P, "code", wait=True)
-    assert held is not None
+    held = await _hold(repeats)
     async with anyio.create_task_group() as tg:
         calls = Calls(repeats, tg)
         await calls.start("impatient", patience=0)  # its timer ends its wait at once
@@ -147,11 +147,13 @@ async def test_a_waiter_that_gives_up_leaves_the_line(repeats: Repeats) -> None:
     assert not repeats._waiting
 
 
-async def test_a_server_handed_to_a_call_giving_up_goes_on_to_the_next(
-    repeats: Repeats,
+@pytest.mark.parametrize("kept", [True, False], ids=["handed the server", "woken to make one"])
+async def test_a_call_that_gives_up_as_it_is_served_passes_it_on(
+    repeats: Repeats, kept: bool
 ) -> None:
-    held = await repeats._lane(P, "code", wait=True)
-    assert held is not None
+    # Handed the freed server, or woken to make one in place of a closed one, at the moment
+    # it gives up: the call behind it is served instead.
+    held = await _hold(repeats)
     async with anyio.create_task_group() as tg:
         calls = Calls(repeats, tg)
         quitter = anyio.CancelScope()
@@ -165,33 +167,11 @@ async def test_a_server_handed_to_a_call_giving_up_goes_on_to_the_next(
         await anyio.wait_all_tasks_blocked()
         await calls.start("next")
         quitter.cancel()  # the quitter gives up ...
-        repeats._give_back(P, held, keep=True)  # ... as the server is handed to it
+        repeats._give_back(P, held, keep=kept)  # ... as it is served
         await anyio.wait_all_tasks_blocked()
     assert calls.order == ["quitter", "next"]
-    assert calls.got["next"] is held
-    assert repeats.servers == 1
-
-
-async def test_a_call_woken_to_make_a_server_that_gives_up_wakes_the_next(
-    repeats: Repeats,
-) -> None:
-    held = await repeats._lane(P, "code", wait=True)
-    assert held is not None
-    async with anyio.create_task_group() as tg:
-        calls = Calls(repeats, tg)
-        quitter = anyio.CancelScope()
-
-        async def quitting() -> None:
-            with quitter:
-                await repeats._lane(P, "code", wait=True)
-
-        tg.start_soon(quitting)
-        await anyio.wait_all_tasks_blocked()
-        await calls.start("next")
-        quitter.cancel()  # the quitter gives up ...
-        repeats._give_back(P, held, keep=False)  # ... as it is woken to make a server
-        await anyio.wait_all_tasks_blocked()
-    made = calls.got["next"]
-    assert isinstance(made, StandInLane)
-    assert not made.closed  # a new one, made in place of the closed one
+    served = calls.got["next"]
+    assert (served is held) == kept  # the same server, or a new one in its place
+    assert isinstance(served, StandInLane)
+    assert not served.closed
     assert repeats.servers == 1
