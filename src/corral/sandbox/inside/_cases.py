@@ -117,28 +117,36 @@ def _wipe(folder: str, device: int, baseline: Baseline, deadline: float) -> int:
     """Remove from ``folder`` whatever is not in ``baseline``; the number of baseline entries
     found there as they were (directories get their mode back).
 
+    The listing is read as it goes and checked against ``deadline`` (``time.monotonic``)
+    entry by entry, so a folder of a million files costs neither its whole listing in memory
+    nor more than the time allowed; subfolders are entered once it is closed, one open
+    descriptor at a time.
+
     Raises:
-        TimeoutError: past ``deadline`` (``time.monotonic``), with the folder half wiped.
+        TimeoutError: past ``deadline``, with the folder half wiped.
     """
     found = 0
+    folders: list[tuple[str, int, int | None]] = []
     with os.scandir(folder) as listing:
-        entries = list(listing)
-    for entry in entries:
-        if time.monotonic() > deadline:
-            raise TimeoutError("restoring the folders took too long")
-        info = entry.stat(follow_symlinks=False)
-        kept = baseline.get(entry.path)
-        if info.st_dev != device:  # a mount point (the runtime's read-only binds): never entered
-            found += kept == -1
-        elif stat.S_ISDIR(info.st_mode) and kept is not None and stat.S_ISDIR(kept):
-            if info.st_mode != kept:
-                os.chmod(entry.path, stat.S_IMODE(kept), follow_symlinks=False)
-            found += 1 + _wipe(entry.path, device, baseline, deadline)
-        elif stat.S_ISDIR(info.st_mode):
-            _wipe(entry.path, device, baseline, deadline)  # nothing in it is in the baseline
-            os.rmdir(entry.path)
+        for entry in listing:
+            if time.monotonic() > deadline:
+                raise TimeoutError("restoring the folders took too long")
+            info = entry.stat(follow_symlinks=False)
+            kept = baseline.get(entry.path)
+            if info.st_dev != device:  # a mount point (the runtime's read-only binds): left be
+                found += kept == -1
+            elif stat.S_ISDIR(info.st_mode):
+                folders.append((entry.path, info.st_mode, kept))
+            else:
+                os.unlink(entry.path)
+    for path, mode, kept in folders:
+        if kept is not None and stat.S_ISDIR(kept):
+            if mode != kept:
+                os.chmod(path, stat.S_IMODE(kept), follow_symlinks=False)
+            found += 1 + _wipe(path, device, baseline, deadline)
         else:
-            os.unlink(entry.path)
+            _wipe(path, device, baseline, deadline)  # nothing in it is in the baseline
+            os.rmdir(path)
     return found
 
 
