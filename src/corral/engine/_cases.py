@@ -114,7 +114,6 @@ class Lane:
         server = self._server
         if server is not None and server.work_bytes != job.limits.work_bytes:
             server.retire()  # its /work was sized when it was made
-        await self.settle()  # done before the run's slot already, as ``run_on_lane`` does
         if server is None or server.retired:
             opened = await self._open(job, evidence)
             if isinstance(opened, ExecutionResult):
