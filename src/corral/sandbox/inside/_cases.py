@@ -49,6 +49,7 @@ from __future__ import annotations
 import array
 import contextlib
 import ctypes
+import functools
 import os
 import resource
 import selectors
@@ -234,9 +235,7 @@ def _receive(control: socket.socket) -> tuple[bytes | None, list[int]]:
     return None, []
 
 
-def _child(
-    fds: list[int], run_case: RunCase, cell: Cell | None, prelude: Callable[[], None] | None
-) -> None:
+def _child(fds: list[int], run: Callable[[], None]) -> None:
     for fd, target in zip(fds, (_PROTOCOL_FD, 1, 2), strict=True):
         os.dup2(fd, target)
     os.closerange(_PROTOCOL_FD + 1, 1 << 20)  # the server's control socket among them
@@ -245,16 +244,14 @@ def _child(
     # A POSIX message queue cannot be listed without mounting mqueue, so none could be
     # removed after its case: a case may create none.
     resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
-    run_case(cell, prelude)
+    run()
 
 
 def _one_case(
     start: CaseStart,
     fds: list[int],
     control: socket.socket,
-    run_case: RunCase,
-    cell: Cell | None,
-    prelude: Callable[[], None] | None,
+    run: Callable[[], None],
     baseline: Baseline,
 ) -> CaseEnded | None:
     """Run one case to its end; None when the engine has gone away."""
@@ -262,7 +259,7 @@ def _one_case(
 
     pid = os.fork()
     if pid == 0:
-        run_then_exit("case", lambda: _child(fds, run_case, cell, prelude))
+        run_then_exit("case", lambda: _child(fds, run))
     for fd in fds:
         os.close(fd)
     deadline = time.monotonic() + start.seconds + _OWN_TIMER_MARGIN
@@ -307,7 +304,7 @@ def serve_cases(request: CasesRequest, namespace: dict[str, Any], run_case: RunC
         raise RuntimeError("a case server must be init of its own pid namespace")
     sc.set_dumpable(False)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # no handler: no signal from a case lands
-    cell, prelude = prepare(request.code, namespace)
+    run = functools.partial(run_case, *prepare(request.code, namespace))
     baseline = _snapshot()
     control = socket.socket(fileno=_PROTOCOL_FD)
     control.setblocking(True)
@@ -323,7 +320,7 @@ def serve_cases(request: CasesRequest, namespace: dict[str, Any], run_case: RunC
             for fd in fds:  # a late CaseStop for a case our own timer ended
                 os.close(fd)
             continue
-        ended = _one_case(command, fds, control, run_case, cell, prelude, baseline)
+        ended = _one_case(command, fds, control, run, baseline)
         if ended is None:
             return
         write_frames_sync(_PROTOCOL_FD, encode_case_message(ended))
