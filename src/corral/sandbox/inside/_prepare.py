@@ -32,7 +32,7 @@ import importlib
 import sys
 import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from corral.sandbox.inside._cell import CELL_FILENAME, Cell, compile_cell
@@ -47,6 +47,14 @@ _NOT_PREIMPORTED = frozenset(
 """Modules whose import prints, opens something or reads the terminal: each case imports
 them itself."""
 _UNSET = object()
+
+
+@contextlib.contextmanager
+def _warnings_caught() -> Iterator[list[warnings.WarningMessage]]:
+    """Every warning raised in the block, each one (none shown, none filtered out)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
 
 
 def _parsed(code: str) -> ast.Module | None:
@@ -75,10 +83,9 @@ def _preimport(tree: ast.Module) -> None:
         if root not in _STDLIB and root not in sys.modules:
             continue  # a library the zygote did not preload: its import may do anything
         before = set(sys.modules)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            with contextlib.suppress(Exception):  # each case then fails on it as it would
-                importlib.import_module(name)
+        # A failing import: each case then fails on it as it would.
+        with _warnings_caught() as caught, contextlib.suppress(Exception):
+            importlib.import_module(name)
         if caught:
             for added in set(sys.modules) - before:
                 del sys.modules[added]
@@ -194,8 +201,7 @@ def _run_leading_imports(tree: ast.Module, namespace: dict[str, Any]) -> Leading
     loaded = set(sys.modules)
     statements = [tree.body[index] for index in run]
     leading = compile(ast.Module(body=statements, type_ignores=[]), CELL_FILENAME, "exec")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with _warnings_caught() as caught:
         try:
             exec(leading, namespace)  # noqa: S102 - imports of loaded modules, checked above
             failed = False
@@ -223,8 +229,7 @@ def prepare(code: str, namespace: dict[str, Any]) -> tuple[Cell | None, Callable
     # Where a fresh run has them (before the code's own names: globals() keeps that order).
     namespace.setdefault("input_files", {})
     namespace.setdefault("input_assets", {})
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with _warnings_caught() as caught:
         tree = _parsed(code)
     if tree is None or caught:  # a parser's warning: each case must show it too
         return None, None
@@ -232,10 +237,9 @@ def prepare(code: str, namespace: dict[str, Any]) -> tuple[Cell | None, Callable
     skip, rebindings = _run_leading_imports(tree, namespace)
     prelude = functools.partial(rebind_run_values, rebindings, namespace) if rebindings else None
     cell: Cell | None = None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with contextlib.suppress(SyntaxError, ValueError, RecursionError, MemoryError):
-            cell = compile_cell(tree, code, skip=skip)
+    compile_errors = (SyntaxError, ValueError, RecursionError, MemoryError)
+    with _warnings_caught() as caught, contextlib.suppress(*compile_errors):
+        cell = compile_cell(tree, code, skip=skip)
     # A SyntaxWarning, say: each case compiles the code itself and shows it, as a fresh run
     # does. So does code that does not compile, and reports the error.
     return (None if caught else cell), prelude
