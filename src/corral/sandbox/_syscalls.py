@@ -10,10 +10,12 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import struct
 from collections.abc import Callable
 from typing import TypeVar
 
 __all__ = [
+    "CLONE_NEWCGROUP",
     "CLONE_NEWIPC",
     "CLONE_NEWNET",
     "CLONE_NEWNS",
@@ -37,6 +39,7 @@ __all__ = [
     "load_seccomp_bpf",
     "mount",
     "pivot_root",
+    "sched_getattr",
     "set_child_subreaper",
     "set_dumpable",
     "set_no_new_privs",
@@ -50,6 +53,7 @@ __all__ = [
 T = TypeVar("T")
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
@@ -90,8 +94,8 @@ _CAP_LAST = _last_capability()
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 _SYSCALLS = {
-    "x86_64": {"clone": 56, "pivot_root": 155, "capset": 126},
-    "aarch64": {"clone": 220, "pivot_root": 41, "capset": 91},
+    "x86_64": {"clone": 56, "pivot_root": 155, "capset": 126, "sched_getattr": 315},
+    "aarch64": {"clone": 220, "pivot_root": 41, "capset": 91, "sched_getattr": 275},
 }
 _NR = _SYSCALLS.get(platform.machine(), {})
 
@@ -166,6 +170,24 @@ def pivot_root(new_root: str, put_old: str) -> None:
     _check(
         _libc.syscall(_nr("pivot_root"), os.fsencode(new_root), os.fsencode(put_old)), "pivot_root"
     )
+
+
+_SCHED_ATTR = struct.Struct("=IIQiIQQQII")
+"""struct sched_attr as of Linux 5.3 (size, policy, flags, nice, priority, runtime, deadline,
+period, util_min, util_max); an older kernel fills its first 48 bytes and leaves the rest."""
+
+
+def sched_getattr() -> tuple[int, ...]:
+    """This thread's whole scheduling state, as ``sched_getattr`` tells it: policy, flags
+    (reset-on-fork), nice, real-time priority, deadline parameters, utilisation clamps."""
+    buffer = ctypes.create_string_buffer(_SCHED_ATTR.size)
+    _check(
+        _libc.syscall(
+            _nr("sched_getattr"), 0, buffer, ctypes.c_uint(_SCHED_ATTR.size), ctypes.c_uint(0)
+        ),
+        "sched_getattr",
+    )
+    return tuple(_SCHED_ATTR.unpack(buffer.raw)[1:])
 
 
 def sethostname(name: str) -> None:

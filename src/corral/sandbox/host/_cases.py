@@ -12,7 +12,6 @@ takes its whole pid namespace with it.
 
 from __future__ import annotations
 
-import array
 import os
 import socket
 
@@ -27,7 +26,7 @@ from corral.sandbox._case_protocol import (
     decode_ended,
     encode_case_message,
 )
-from corral.sandbox.host._reader import ready_bound
+from corral.sandbox._descriptors import Descriptors
 from corral.sandbox.host._worker import Worker
 
 __all__ = ["CaseServer"]
@@ -54,7 +53,7 @@ class CaseServer:
         Raises:
             WorkerCrashed: it is gone.
         """
-        await self.worker._send(encode_case_message(CasesRequest(code)))
+        await self.worker.send(encode_case_message(CasesRequest(code)))
 
     async def start(self, seconds: float) -> Worker:
         """Start a case; its handle, on which ``execute`` runs the case's request (the
@@ -72,42 +71,30 @@ class CaseServer:
             raise RuntimeError("the last case has not ended: call end_stop first")
         # No task waits on any of these yet, so they are closed without notify_closing.
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        fds: list[int] = []
-        try:
-            out_r, out_w = os.pipe2(os.O_CLOEXEC)
-            fds += [out_r, out_w]
-            err_r, err_w = os.pipe2(os.O_CLOEXEC)
-            fds += [err_r, err_w]
-        except OSError:
-            _close(ours, theirs, *fds)
-            raise
-        try:
-            await self._send_with(
-                encode_case_message(CaseStart(seconds)), [theirs.fileno(), out_w, err_w]
-            )
-        except BaseException:
-            _close(ours, out_r, err_r)
-            self.retire()  # half a frame may have gone: the stream is no longer usable
-            raise
-        finally:
-            _close(theirs, out_w, err_w)
-        return Worker(
+        with Descriptors() as held:
+            try:
+                out_r, out_w = held.pipe()
+                err_r, err_w = held.pipe()
+                try:
+                    await self.worker.send_with(
+                        encode_case_message(CaseStart(seconds)), [theirs.fileno(), out_w, err_w]
+                    )
+                except BaseException:
+                    self.retire()  # half a frame may have gone: the stream is no longer usable
+                    raise
+            except BaseException:
+                ours.close()
+                raise
+            finally:
+                theirs.close()
+            os.close(held.take(out_w))
+            os.close(held.take(err_w))
+            out_r, err_r = held.take(out_r), held.take(err_r)
+        case = Worker(
             self.pid, None, ours, out_r, err_r, outer_id=self.worker.outer_id, signaller=_ignore
         )
-
-    async def _send_with(self, frame: bytes, fds: list[int]) -> None:
-        sock = self.worker._sock
-        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
-        while True:
-            try:
-                sent = sock.sendmsg([frame], rights)
-                break
-            except BlockingIOError:
-                await anyio.wait_writable(sock)
-            except OSError as exc:
-                raise WorkerCrashed(f"the case server stopped reading: {exc}") from exc
-        if sent < len(frame):
-            await self.worker._send(frame[sent:])
+        case.cgroup = self.worker.cgroup  # the server's: every case is its child
+        return case
 
     async def stop(self, grace: float) -> CaseEnded | None:
         """End the current case: kill what is left of it, wait for the server to restore
@@ -127,7 +114,7 @@ class CaseServer:
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(grace):
                 try:
-                    await self.worker._send(encode_case_message(CaseStop()))
+                    await self.worker.send(encode_case_message(CaseStop()))
                     self._stopping = True
                     return
                 except WorkerError:
@@ -152,24 +139,12 @@ class CaseServer:
         return ended
 
     async def _ended(self) -> CaseEnded:
-        frames = self.worker._frames
-        while (frame := frames.next(ready_bound)) is None:
-            if not await self.worker._receive():
-                raise WorkerCrashed("the case server exited")
-        return decode_ended(frame[1])
+        return decode_ended(await self.worker.read_control())
 
     def retire(self) -> None:
         """Kill the server (and so every process of its namespace); idempotent."""
         self.retired = True
         self.worker.close()
-
-
-def _close(*handles: socket.socket | int) -> None:
-    for handle in handles:
-        if isinstance(handle, socket.socket):
-            handle.close()
-        else:
-            os.close(handle)
 
 
 def _ignore(_signum: int) -> None:

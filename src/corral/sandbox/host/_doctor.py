@@ -8,7 +8,9 @@ import platform
 import signal
 from dataclasses import dataclass
 
+from corral.errors import IsolationError
 from corral.sandbox import _syscalls as sc
+from corral.sandbox.host._cgroups import discover
 
 __all__ = ["DoctorReport", "Feature", "doctor"]
 
@@ -172,13 +174,28 @@ def doctor() -> DoctorReport:
             else "run corral as root (it drops privileges itself)",
         )
     )
-    cgroup2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
-    features.append(
-        Feature(
-            "cgroup v2",
-            cgroup2,
-            False,
-            "not used: memory and pids are bounded by rlimits per worker",
-        )
-    )
+    features.append(_cgroups(root))
     return DoctorReport(tuple(features))
+
+
+def _cgroups(root: bool) -> Feature:
+    """Which cgroup controllers would bound each sandbox as a whole."""
+    try:
+        hierarchies = discover()
+    except (IsolationError, OSError) as exc:
+        return Feature(
+            "cgroups", False, False, f"not in force ({exc}): each process is bounded alone"
+        )
+    version = hierarchies[0].version
+    controllers = set().union(*(h.controllers for h in hierarchies))
+    if version == 2:
+        controllers &= {"memory", "pids", "cpu"}
+        controllers.add("freezer")  # the v2 core's cgroup.freeze
+    missing = sorted({"memory", "pids", "cpu", "freezer"} - controllers)
+    where = ", ".join(sorted({h.path for h in hierarchies}))
+    detail = f"v{version}, below {where}: {', '.join(sorted(controllers))} per sandbox" + (
+        f" (missing: {', '.join(missing)})" if missing else ""
+    )
+    if not root:
+        return Feature("cgroups", False, False, "not in force: corral must run as root")
+    return Feature("cgroups", True, False, detail)

@@ -3,20 +3,37 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
-from typing import Any
 
 import anyio
 
 from corral.errors import WorkerCrashed, ZygoteUnavailable
+from corral.sandbox._control_protocol import (
+    ControlMessage,
+    Exec,
+    HolderReady,
+    InterpreterExited,
+    InterpreterStarted,
+    Interrupt,
+    Interrupted,
+    KillInterpreter,
+    SignalCommand,
+    StartInterpreter,
+    decode,
+    encode,
+)
+from corral.sandbox._descriptors import Descriptors
 from corral.sandbox._seqpacket import areceive, asend
+from corral.sandbox.host._cgroups import SandboxCgroup
 from corral.sandbox.host._command import Command
 from corral.sandbox.host._worker import Worker, release
 
 __all__ = ["Holder"]
+
+_HolderMessage = HolderReady | InterpreterStarted | Interrupted | InterpreterExited
+_HOLDER_MESSAGES = (HolderReady, InterpreterStarted, Interrupted, InterpreterExited)
 
 _CONTROL_TIMEOUT = 10.0  # seconds for the holder to fork, kill or answer; it runs no user code
 
@@ -43,17 +60,21 @@ class Holder:
         self._err = err_fd
         self.interpreter_alive = False
         self.closed = False
+        self.cgroup: SandboxCgroup | None = None
+        """The session's cgroups (all its processes), when in force."""
         self._interrupts = 0
         ctl.setblocking(False)
 
-    async def _next(self) -> dict[str, Any]:
+    async def _next(self) -> _HolderMessage:
         with anyio.move_on_after(_CONTROL_TIMEOUT):
-            message, fds = await areceive(self._ctl)
-            for fd in fds:
-                os.close(fd)
-            if message is None:
+            packet, fds = await areceive(self._ctl)
+            Descriptors(fds).close()
+            if packet is None:
                 raise WorkerCrashed(f"the session holder exited: {await self._said()}")
-            if message.get("t") == "exited":
+            message = decode(packet, *_HOLDER_MESSAGES)
+            if message is None:
+                raise WorkerCrashed("the session holder sent a malformed message")
+            if isinstance(message, InterpreterExited):
                 self.interpreter_alive = False
             return message
         raise WorkerCrashed("the session holder did not answer")
@@ -68,15 +89,18 @@ class Holder:
         except OSError:
             return ""
 
-    async def _expect(self, kind: str) -> None:
-        while True:
-            message = await self._next()
-            if message.get("t") == kind:
-                return
+    async def _expect(self, kind: type[_HolderMessage]) -> None:
+        while not isinstance(await self._next(), kind):
+            pass
+
+    @property
+    def pidfd(self) -> int | None:
+        """The holder's pidfd: its namespaces are the session's (None once closed)."""
+        return None if self.closed else self._pidfd
 
     async def wait_ready(self) -> None:
         """Raises: WorkerCrashed when the holder failed to set up."""
-        await self._expect("ready")
+        await self._expect(HolderReady)
 
     def open_data_dir(self) -> int:
         """An O_PATH descriptor of the session's ``/mnt/data``, opened before any user code.
@@ -100,12 +124,14 @@ class Holder:
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         try:
-            await asend(self._ctl, {"t": "start"}, [theirs.fileno(), out_w, err_w])
-        except OSError as exc:
+            await asend(self._ctl, StartInterpreter(), [theirs.fileno(), out_w, err_w])
+        except BaseException as exc:  # cancelled too: nobody else holds our ends
             ours.close()
             os.close(out_r)
             os.close(err_r)
-            raise WorkerCrashed(f"the session holder is gone: {exc}") from exc
+            if isinstance(exc, OSError):
+                raise WorkerCrashed(f"the session holder is gone: {exc}") from exc
+            raise
         finally:
             theirs.close()
             os.close(out_w)
@@ -119,8 +145,9 @@ class Holder:
             outer_id=self.outer_id,
             signaller=self._signal_interpreter,
         )
+        worker.cgroup = self.cgroup
         try:
-            await self._expect("started")
+            await self._expect(InterpreterStarted)
             self.interpreter_alive = True
             await worker.wait_ready()
         except BaseException:
@@ -149,14 +176,13 @@ class Holder:
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         status_r, status_w = os.pipe2(os.O_CLOEXEC)
         command = Command(in_w, out_r, err_r, status_r, self._signal_command)
-        request = {
-            "t": "exec",
-            "argv": argv,
-            "env": env,
-            "cwd": cwd,
-            "memory_bytes": memory_bytes,
-            "cpu_seconds": cpu_seconds,
-        }
+        request = Exec(
+            argv=tuple(argv),
+            env=env,
+            cwd=cwd,
+            memory_bytes=memory_bytes,
+            cpu_seconds=cpu_seconds,
+        )
         try:
             await asend(self._ctl, request, [in_r, out_w, err_w, status_w])
         except OSError as exc:
@@ -173,9 +199,13 @@ class Holder:
             raise WorkerCrashed("the session did not start the command") from None
         return command
 
+    def _tell(self, message: ControlMessage) -> None:
+        """Send without waiting: the holder reads its socket at once (it runs no user code)."""
+        self._ctl.send(encode(message))
+
     def _signal_command(self, pid: int, signum: int) -> None:
-        with contextlib.suppress(OSError):
-            self._ctl.send(json.dumps({"t": "signal", "pid": pid, "signal": signum}).encode())
+        with contextlib.suppress(OSError, ValueError):  # ValueError: a signal it never takes
+            self._tell(SignalCommand(pid=pid, signal=signum))
 
     async def interrupt_interpreter(self) -> None:
         """SIGINT to the interpreter; returns once the holder has sent it, so the signal is
@@ -187,26 +217,27 @@ class Holder:
         self._interrupts += 1
         number = self._interrupts
         try:
-            self._ctl.send(json.dumps({"t": "interrupt", "n": number}).encode())
+            self._tell(Interrupt(n=number))
         except OSError as exc:
             raise WorkerCrashed(f"the session holder is gone: {exc}") from exc
         while True:
             message = await self._next()
-            if message.get("t") == "interrupted" and message.get("n") == number:
+            if isinstance(message, Interrupted) and message.n == number:
                 return
 
     def _signal_interpreter(self, signum: int) -> None:
-        kind = "interrupt" if signum == signal.SIGINT else "kill"
+        self._interrupts += signum == signal.SIGINT
+        message = Interrupt(n=self._interrupts) if signum == signal.SIGINT else KillInterpreter()
         # If the holder is gone, every interpreter process went with it.
         with contextlib.suppress(OSError):
-            self._ctl.send(f'{{"t": "{kind}"}}'.encode())
+            self._tell(message)
 
     async def kill_interpreter(self) -> None:
         """Kill the interpreter and every process it started; files stay."""
         if not self.interpreter_alive:
             return
         self._signal_interpreter(signal.SIGKILL)
-        await self._expect("exited")
+        await self._expect(InterpreterExited)
 
     def kill(self) -> None:
         """SIGKILL the holder, and with it every process of the session; fds stay open."""

@@ -14,6 +14,7 @@ would also die with its parent).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -22,11 +23,11 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import corral
 from corral._uids import UidRange
 from corral.errors import ZygoteUnavailable
+from corral.sandbox._control_protocol import NO_FILES, SandboxFiles, ZygoteConfig
 from corral.sandbox._seqpacket import send
 from corral.sandbox.host._runtime import private_dir, runtime_dir
 from corral.sandbox.host._uid_lease import lease_uids
@@ -56,27 +57,34 @@ class Launched:
     process: subprocess.Popen[bytes]
     ctl: socket.socket
     """The engine's end of the control socket (non-blocking)."""
+    uid: int
+    """The zygote's own host uid (the first of its leased block)."""
 
 
 def zygote_config(
-    *, preload: Sequence[str], uids: UidRange, data_dir: str | None, prewarm: bool
-) -> dict[str, Any]:
+    *,
+    preload: Sequence[str],
+    uids: UidRange,
+    data_dir: str | None,
+    prewarm: bool,
+    files: SandboxFiles = NO_FILES,
+) -> ZygoteConfig:
     """The zygote's first message (blocking: it creates corral's private cache folder).
 
     Raises:
         IsolationError: the runtime directory is a link, not a directory, or not ours alone.
     """
-    return {
-        "t": "config",
-        "preload": list(preload),
-        "uids": [uids.first, uids.count],
-        "cache_dir": str(private_dir(runtime_dir(), "cache")),
-        **({"data_dir": data_dir} if data_dir else {}),
-        **({} if prewarm else {"prewarm": False}),
-    }
+    return ZygoteConfig(
+        preload=tuple(preload),
+        uids=(uids.first, uids.count),
+        cache_dir=str(private_dir(runtime_dir(), "cache")),
+        data_dir=data_dir or None,
+        prewarm=prewarm,
+        files=files,
+    )
 
 
-def launch(config: dict[str, Any]) -> Launched:
+def launch(config: ZygoteConfig) -> Launched:
     """Start a zygote and send it ``config``; it is still importing and building its root.
 
     Raises:
@@ -86,8 +94,8 @@ def launch(config: dict[str, Any]) -> Launched:
     """
     # The uids are leased here, not in the configuration: a zygote started early must match
     # its adopter's configuration, and the lease is the zygote's own (its open descriptor).
-    lease = lease_uids(UidRange(*config["uids"]))
-    config = {**config, "uids": [lease.uids.first, lease.uids.count]}
+    lease = lease_uids(UidRange(*config.uids))
+    config = dataclasses.replace(config, uids=(lease.uids.first, lease.uids.count))
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         # Workers are forks of the zygote, and /proc/self/environ shows the block it was
@@ -107,7 +115,7 @@ def launch(config: dict[str, Any]) -> Launched:
     finally:
         theirs.close()
         os.close(lease.fd)
-    launched = Launched(process, ours)
+    launched = Launched(process, ours, lease.uids.first)
     try:
         send(ours, config)  # a fresh socket's buffer holds it: this does not block
     except BaseException as exc:
@@ -119,12 +127,17 @@ def launch(config: dict[str, Any]) -> Launched:
     return launched
 
 
-_early: list[tuple[dict[str, Any], Launched]] = []
+_early: list[tuple[ZygoteConfig, Launched]] = []
 
 
 @contextlib.contextmanager
 def prelaunched(
-    *, preload: Sequence[str], uids: UidRange, data_dir: str | None = None, prewarm: bool = True
+    *,
+    preload: Sequence[str],
+    uids: UidRange,
+    data_dir: str | None = None,
+    prewarm: bool = True,
+    files: SandboxFiles = NO_FILES,
 ) -> Iterator[None]:
     """Start a zygote now, for the first ``Zygote`` with these arguments to adopt within
     the block; at its end, end the zygote if nobody did.
@@ -134,7 +147,9 @@ def prelaunched(
     """
     launched: Launched | None = None
     try:
-        config = zygote_config(preload=preload, uids=uids, data_dir=data_dir, prewarm=prewarm)
+        config = zygote_config(
+            preload=preload, uids=uids, data_dir=data_dir, prewarm=prewarm, files=files
+        )
         launched = launch(config)
         _early.append((config, launched))
     except Exception:
@@ -147,7 +162,7 @@ def prelaunched(
             _end(launched)
 
 
-def adopt(config: dict[str, Any]) -> Launched | None:
+def adopt(config: ZygoteConfig) -> Launched | None:
     """The zygote :func:`prelaunched` started for ``config``, if any (and only once)."""
     for index, (wanted, launched) in enumerate(_early):
         if wanted == config:

@@ -15,8 +15,8 @@ import anyio
 import anyio.abc
 
 from corral.errors import WorkerError
+from corral.sandbox.host._backend import ZygoteLike
 from corral.sandbox.host._worker import Worker
-from corral.sandbox.host._zygote import Zygote
 
 __all__ = ["PoolStatistics", "WarmPool"]
 
@@ -41,7 +41,7 @@ class WarmPool:
     """
 
     def __init__(
-        self, zygote: Zygote, size: int, *, low_water: int = 1, ready: Worker | None = None
+        self, zygote: ZygoteLike, size: int, *, low_water: int = 1, ready: Worker | None = None
     ) -> None:
         """``ready``: a worker made already (the engine's start-up probe), served first."""
         self._zygote = zygote

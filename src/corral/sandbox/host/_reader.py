@@ -158,7 +158,7 @@ class RunReader:
     def _check_bundle(self, data: dict[str, Any], what: str) -> None:
         ceiling = self._limits.output_chars + _MARKER_ROOM
         for mime, value in data.items():
-            if mime == "text/plain" or mime.startswith("text/"):
+            if mime.startswith("text/"):
                 if not isinstance(value, str):
                     raise WorkerProtocolError(f"{what} has non-text {mime[:64]}")
                 _text_within(value, ceiling, f"{what} {mime[:64]}")

@@ -9,7 +9,6 @@ recycled pid.
 
 from __future__ import annotations
 
-import array
 import contextlib
 import os
 import select
@@ -22,8 +21,10 @@ from typing import Any, Protocol
 import anyio
 
 from corral.errors import WorkerCrashed, WorkerError, WorkerProtocolError
+from corral.sandbox._descriptors import Descriptors, ancillary_space, received, rights
 from corral.sandbox._protocol import Done, RunRequest, encode_message
 from corral.sandbox._syscalls import as_fs_owner, write_all
+from corral.sandbox.host._cgroups import SandboxCgroup
 from corral.sandbox.host._reader import FrameBuffer, RunReader, expect_ready, ready_bound
 
 __all__ = ["OutputSink", "Worker", "WorkerReport", "release"]
@@ -86,6 +87,8 @@ class Worker:
         self._pending: tuple[RunReader, Callable[[], None]] | None = None
         """The reader of the request in flight, kept so an interrupted run can be settled."""
         self.inputs_fd: int | None = None
+        self.cgroup: SandboxCgroup | None = None
+        """Its sandbox's cgroups (a session interpreter shares its holder's), when in force."""
         self.killed = False
         self.closed = False
         for fd in (out_fd, err_fd):
@@ -116,22 +119,15 @@ class Worker:
         """
         while (frame := self._frames.next(ready_bound)) is None:
             try:
-                data, ancdata, _flags, _addr = self._sock.recvmsg(_READ_CHUNK, socket.CMSG_SPACE(4))
+                data, ancdata, _flags, _addr = self._sock.recvmsg(_READ_CHUNK, ancillary_space(1))
             except BlockingIOError:
                 await anyio.wait_readable(self._sock)
                 continue
             except OSError as exc:
                 raise WorkerCrashed(f"its socket failed: {exc}") from exc
-            for level, kind, raw in ancdata:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS and len(raw) >= 4:
-                    fds = array.array("i")
-                    fds.frombytes(raw[: len(raw) - len(raw) % 4])
-                    for extra in fds[1:]:
-                        os.close(extra)
-                    if self.inputs_fd is None:
-                        self.inputs_fd = fds[0]
-                    else:
-                        os.close(fds[0])
+            with Descriptors(received(ancdata)) as fds:
+                if fds and self.inputs_fd is None:  # only the first, as the worker sends it
+                    self.inputs_fd = fds.take_first()
             if not data:
                 raise WorkerCrashed(await self._setup_failure())
             self._frames.feed(data)
@@ -174,7 +170,12 @@ class Worker:
 
         await anyio.to_thread.run_sync(as_fs_owner, uid, gid, write)
 
-    async def _send(self, data: bytes) -> None:
+    async def send(self, data: bytes) -> None:
+        """Write ``data`` (whole frames) to the protocol socket.
+
+        Raises:
+            WorkerCrashed: it stopped reading.
+        """
         view = memoryview(data)
         while view:
             try:
@@ -185,6 +186,37 @@ class Worker:
             except OSError as exc:
                 raise WorkerCrashed(f"it stopped reading: {exc}") from exc
             view = view[sent:]
+
+    async def send_with(self, frame: bytes, fds: list[int]) -> None:
+        """Write one frame with ``fds`` passed along (the receiver gets them with its first
+        byte); the caller still closes its own copies.
+
+        Raises:
+            WorkerCrashed: it stopped reading (half a frame may have gone).
+        """
+        while True:
+            try:
+                sent = self._sock.sendmsg([frame], rights(fds))
+                break
+            except BlockingIOError:
+                await anyio.wait_writable(self._sock)
+            except OSError as exc:
+                raise WorkerCrashed(f"it stopped reading: {exc}") from exc
+        if sent < len(frame):
+            await self.send(frame[sent:])
+
+    async def read_control(self) -> bytes:
+        """The payload of the next frame that carries no output (``ready_bound``): a case
+        server's answer, say; checked for size before it is read whole.
+
+        Raises:
+            WorkerCrashed: it closed the socket first.
+            WorkerProtocolError: the frame is too large or of the wrong kind.
+        """
+        while (frame := self._frames.next(ready_bound)) is None:
+            if not await self._receive():
+                raise WorkerCrashed("it exited")
+        return frame[1]
 
     async def _pump(self, fd: int, sink: OutputSink) -> None:
         while True:
@@ -225,7 +257,7 @@ class Worker:
         """
 
         async def exchange() -> WorkerReport:
-            await self._send(encode_message(request))
+            await self.send(encode_message(request))
             self._pending = (RunReader(request.limits, on_display), on_started)
             return await self._collect()
 
@@ -314,6 +346,12 @@ class Worker:
         """Return once the worker has written to its protocol socket (or closed it)."""
         if not self.closed:
             await anyio.wait_readable(self._sock)
+
+    @property
+    def pidfd(self) -> int | None:
+        """Its pidfd (None for a session's interpreter or a case: their holder or server has
+        the process); valid while the worker is open."""
+        return None if self.closed else self._pidfd
 
     def interrupt(self) -> None:
         self._signal(signal.SIGINT)

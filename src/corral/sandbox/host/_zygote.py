@@ -1,13 +1,16 @@
 """The engine's side of the zygote: start it, ask it for workers, hear about exits.
 
-The control channel is a SOCK_SEQPACKET pair: one JSON message per packet, fds travelling as
-SCM_RIGHTS. The engine creates each worker's socket and pipes itself and passes the worker's
-ends down, so worker traffic never passes through the zygote.
+The control channel is a SOCK_SEQPACKET pair carrying ``_control_protocol``'s messages, fds
+travelling as SCM_RIGHTS. The engine creates each worker's socket and pipes itself and passes
+the worker's ends down, so worker traffic never passes through the zygote. With a cgroup
+tree, the zygote gets a folder of its own in it and makes each worker's cgroup there.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import itertools
 import logging
 import os
@@ -15,24 +18,45 @@ import signal
 import socket
 import subprocess
 import weakref
-from typing import Any
+from dataclasses import dataclass
 
 import anyio
 import anyio.abc
 
 from corral._uids import DEFAULT_UID_RANGE, UidRange
 from corral.errors import IsolationError, ZygoteUnavailable
+from corral.sandbox._control_protocol import (
+    NO_FILES,
+    Hello,
+    OutOfMemory,
+    SandboxFiles,
+    Spawn,
+    Spawned,
+    SpawnRefused,
+    StartFailed,
+    StaticLimits,
+    Sync,
+    Synced,
+    decode,
+)
+from corral.sandbox._descriptors import Descriptors
 from corral.sandbox._seqpacket import areceive, asend
+from corral.sandbox.host._cgroups import CgroupTree, SandboxCgroup
 from corral.sandbox.host._holder import Holder
 from corral.sandbox.host._launch import DEFAULT_PRELOAD, adopt, launch, zygote_config
 from corral.sandbox.host._worker import Worker
 
 __all__ = ["DEFAULT_PRELOAD", "Zygote"]
 
+_DEFAULT_STATIC = StaticLimits(work_bytes=128 << 20, pids=64, file_bytes=64 << 20, open_files=256)
+_DEFAULT_MEMORY = 1 << 30  # bytes: Limits' default
+
 logger = logging.getLogger("corral.sandbox")
 
 _START_TIMEOUT = 120.0  # seconds; the first import of pandas and matplotlib can be slow
 _SPAWN_TIMEOUT = 10.0  # seconds for the zygote to clone; it only ever forks
+_SYNC_TIMEOUT = 2.0  # seconds for the zygote to answer a Sync; it answers between clones
+_MAX_OOM_RECORDS = 4096  # reported kills nobody asked for (a worker closed without a run)
 # Staged shutdown. Closing the control socket is the zygote's signal to exit, which it does at
 # once (os._exit; its workers die with it by their parent-death signal): a healthy zygote is
 # gone within the first grace. A wedged one gets SIGTERM, then SIGKILL, which cannot be
@@ -97,6 +121,27 @@ class _Reaped(anyio.abc.Process):
         return None
 
 
+@dataclass(slots=True)
+class _Pending:
+    """A spawn the zygote has not answered yet."""
+
+    done: anyio.Event
+    spawned: Spawned | None = None
+    pidfd: int | None = None
+    error: str = ""
+
+
+@dataclass(slots=True)
+class _Cloned:
+    """A new process and the engine's ends of its socket and pipes."""
+
+    spawned: Spawned
+    pidfd: int
+    sock: socket.socket
+    out: int
+    err: int
+
+
 class Zygote:
     """One running zygote and the workers it has spawned for us."""
 
@@ -105,31 +150,38 @@ class Zygote:
         *,
         preload: tuple[str, ...] = DEFAULT_PRELOAD,
         uids: UidRange = DEFAULT_UID_RANGE,
-        static: dict[str, int] | None = None,
+        static: StaticLimits = _DEFAULT_STATIC,
+        memory_bytes: int = _DEFAULT_MEMORY,
         data_dir: str | None = None,
         prewarm: bool = True,
+        cgroups: CgroupTree | None = None,
+        files: SandboxFiles = NO_FILES,
     ) -> None:
+        self._files = files
+        """What its template adds to the host's files (CA, package index, wheelhouse)."""
         self._prewarm = prewarm
         """False for a zygote that serves one run: it imports IPython on first use and
         skips the warm-up that many workers share."""
         self._data_dir = data_dir
         """A host folder session holders bind as their data dir instead of a tmpfs."""
-        self._static = static or {
-            "work_bytes": 128 << 20,
-            "pids": 64,
-            "file_bytes": 64 << 20,
-            "open_files": 256,
-        }
+        self._static = static
+        self._memory_bytes = memory_bytes
+        """Every new sandbox's memory bound (its cgroup's), until a run asks for another."""
         self._preload = preload
         self._uids = uids
+        self._cgroups = cgroups
+        self._own_uid: int | None = None
         self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[anyio.Event, list[Any]]] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._oom_at_exit: dict[int, int] = {}
+        """Kills the zygote reported for reaped workers, by pid, until asked for."""
+        self._syncs: dict[int, anyio.Event] = {}
         # The live one-shot workers by pid, for diagnostics; a closed worker drops out.
         self._workers: weakref.WeakValueDictionary[int, Worker] = weakref.WeakValueDictionary()
         self._process: anyio.abc.Process | None = None
         self._ctl: socket.socket | None = None
         self.dead = anyio.Event()
-        self.hello: dict[str, Any] = {}
+        self.hello: Hello | None = None
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Start the zygote and wait until it has preloaded and built the sandbox root.
@@ -144,25 +196,46 @@ class Zygote:
                 uids=self._uids,
                 data_dir=self._data_dir,
                 prewarm=self._prewarm,
+                files=self._files,
             )
         )
         launched = adopt(config) or launch(config)
         self._process, self._ctl = _Reaped(launched.process), launched.ctl
+        self._own_uid = launched.uid
         with anyio.move_on_after(_START_TIMEOUT):
-            message, _ = await self._receive()
+            packet, fds = await self._receive()
+            Descriptors(fds).close()
+            message = None if packet is None else decode(packet, Hello, StartFailed)
             if message is None:
                 raise ZygoteUnavailable("the zygote exited during start-up")
-            if message.get("t") == "failed":
+            if isinstance(message, StartFailed):
                 raise IsolationError(
-                    f"cannot build the sandbox: {message.get('error')} (run `corral doctor`)"
+                    f"cannot build the sandbox: {message.error} (run `corral doctor`)"
                 )
             self.hello = message
+            if self._cgroups is not None:
+                await self._delegate(self._cgroups, launched.uid, launched.process.pid)
             task_group.start_soon(self._read_loop)
             return
         self.kill()
         raise ZygoteUnavailable("the zygote did not start in time")
 
-    async def _receive(self) -> tuple[dict[str, Any] | None, list[int]]:
+    async def _delegate(self, tree: CgroupTree, uid: int, pid: int) -> None:
+        """Give the zygote its cgroup folders (before its first spawn).
+
+        Raises:
+            IsolationError: they could not be made.
+        """
+        assert self._ctl is not None
+        try:
+            message, fds = await anyio.to_thread.run_sync(tree.delegate, uid, pid)
+        except OSError as exc:
+            self.kill()
+            raise IsolationError(f"cannot give the zygote its cgroups: {exc}") from exc
+        with Descriptors(fds):
+            await asend(self._ctl, message, fds)
+
+    async def _receive(self) -> tuple[bytes | None, list[int]]:
         if self._ctl is None:  # closed while the reader was between messages
             return None, []
         return await areceive(self._ctl)
@@ -170,71 +243,118 @@ class Zygote:
     async def _read_loop(self) -> None:
         try:
             while True:
-                message, fds = await self._receive()
-                if message is None:
-                    return
-                kind = message.get("t")
-                if kind == "spawned" and message.get("id") in self._pending:
-                    event, box = self._pending[message["id"]]
-                    if fds:
-                        box.extend([message["pid"], fds[0], message["uid"]])
+                packet, fds = await self._receive()
+                with Descriptors(fds) as held:
+                    if packet is None:
+                        return
+                    message = decode(packet, Spawned, SpawnRefused, OutOfMemory, Synced)
+                    if isinstance(message, OutOfMemory):
+                        if len(self._oom_at_exit) >= _MAX_OOM_RECORDS:
+                            self._oom_at_exit.pop(next(iter(self._oom_at_exit)))
+                        self._oom_at_exit[message.pid] = message.kills
+                        continue
+                    if isinstance(message, Synced):
+                        if (synced := self._syncs.get(message.n)) is not None:
+                            synced.set()
+                        continue
+                    pending = None if message is None else self._pending.get(message.id)
+                    if message is None or pending is None:
+                        continue
+                    if isinstance(message, SpawnRefused):
+                        pending.error = message.error
+                    elif len(fds) == 1:
+                        pending.spawned, pending.pidfd = message, held.take(fds[0])
                     else:  # out of descriptors (EMFILE truncates them): this spawn fails
-                        box.append("no descriptor arrived (the server is out of them)")
-                    event.set()
-                elif kind == "refused" and message.get("id") in self._pending:
-                    event, box = self._pending[message["id"]]
-                    box.append(str(message.get("error")))
-                    event.set()
-                else:
-                    for fd in fds:
-                        os.close(fd)
+                        pending.error = "no descriptor arrived (the server is out of them)"
+                    pending.done.set()
         finally:
             self._mark_dead()
 
     def _mark_dead(self) -> None:
         self.dead.set()
-        for event, _ in self._pending.values():
-            event.set()
+        for pending in self._pending.values():
+            pending.done.set()
+        for synced in self._syncs.values():
+            synced.set()
 
-    async def _clone(
-        self, message: dict[str, Any], kind: socket.SocketKind
-    ) -> tuple[int, int, socket.socket, int, int, int]:
+    async def _kills_at_exit(self, pid: int) -> int:
+        """The kills the zygote reported when it reaped worker ``pid`` (0 if none): asked
+        after the zygote has caught up with everything before this question."""
+        if self._ctl is not None and not self.dead.is_set():
+            number = next(self._ids)
+            synced = self._syncs[number] = anyio.Event()
+            try:
+                await asend(self._ctl, Sync(n=number))
+                with anyio.move_on_after(_SYNC_TIMEOUT):
+                    await synced.wait()
+            except OSError:
+                pass
+            finally:
+                self._syncs.pop(number, None)
+        return self._oom_at_exit.pop(pid, 0)
+
+    async def _clone(self, request: Spawn, kind: socket.SocketKind) -> _Cloned:
         if self.dead.is_set() or self._ctl is None:
             raise ZygoteUnavailable("the zygote is not running")
-        ident = next(self._ids)
+        pending = _Pending(anyio.Event())
+        self._pending[request.id] = pending
         ours, theirs = socket.socketpair(socket.AF_UNIX, kind)
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        event = anyio.Event()
-        box: list[Any] = []
-        self._pending[ident] = (event, box)
-        try:
+        with Descriptors() as held:
             try:
-                await asend(
-                    self._ctl,
-                    {"t": "spawn", "id": ident, "static": self._static, **message},
-                    [theirs.fileno(), out_w, err_w],
-                )
-            except OSError as exc:
-                raise ZygoteUnavailable(f"the zygote is gone: {exc}") from exc
+                out_r, out_w = held.pipe()
+                err_r, err_w = held.pipe()
+                try:
+                    await asend(self._ctl, request, [theirs.fileno(), out_w, err_w])
+                except OSError as exc:
+                    raise ZygoteUnavailable(f"the zygote is gone: {exc}") from exc
+                finally:
+                    theirs.close()
+                    os.close(held.take(out_w))
+                    os.close(held.take(err_w))
+                with anyio.move_on_after(_SPAWN_TIMEOUT):
+                    await pending.done.wait()
+                if pending.spawned is None or pending.pidfd is None:
+                    why = pending.error or "it did not answer"
+                    raise ZygoteUnavailable(f"the zygote could not spawn a worker: {why}")
+            except BaseException:
+                ours.close()
+                if pending.pidfd is not None:
+                    os.close(pending.pidfd)
+                raise
             finally:
-                theirs.close()
-                os.close(out_w)
-                os.close(err_w)
-            with anyio.move_on_after(_SPAWN_TIMEOUT):
-                await event.wait()
-            if not box:
-                raise ZygoteUnavailable("the zygote did not spawn a worker")
-            if len(box) == 1:
-                raise ZygoteUnavailable(f"the zygote could not spawn a worker: {box[0]}")
-        except BaseException:
-            ours.close()
-            os.close(out_r)
-            os.close(err_r)
-            raise
-        finally:
-            self._pending.pop(ident, None)
-        return int(box[0]), int(box[1]), ours, out_r, err_r, int(box[2])
+                self._pending.pop(request.id, None)
+            return _Cloned(pending.spawned, pending.pidfd, ours, held.take(out_r), held.take(err_r))
+
+    def _sandbox_cgroup(
+        self, spawned: Spawned, *, group: str | None, memory_bytes: int, pids: int
+    ) -> SandboxCgroup | None:
+        if self._cgroups is None or self._own_uid is None:
+            return None
+        return self._cgroups.sandbox(
+            self._own_uid,
+            spawned.uid,
+            group=group,
+            memory_bytes=memory_bytes,
+            pids=pids,
+            kills_at_exit=functools.partial(self._kills_at_exit, spawned.pid),
+        )
+
+    def _spawn_request(
+        self,
+        static: StaticLimits,
+        memory_bytes: int,
+        *,
+        session_disk_bytes: int | None = None,
+        group: str | None = None,
+    ) -> Spawn:
+        tree = self._cgroups
+        return Spawn(
+            id=next(self._ids),
+            static=static,
+            session_disk_bytes=session_disk_bytes,
+            cgroup=() if tree is None else tree.knobs(memory_bytes=memory_bytes, pids=static.pids),
+            cgroup_group=None if tree is None else group,
+        )
 
     async def spawn(self, *, work_bytes: int | None = None) -> Worker:
         """Clone a new one-shot worker; it is isolated but may still be starting up.
@@ -245,9 +365,18 @@ class Zygote:
         Raises:
             ZygoteUnavailable: the zygote is gone or did not answer.
         """
-        extra = {} if work_bytes is None else {"static": {**self._static, "work_bytes": work_bytes}}
-        pid, pidfd, sock, out_r, err_r, uid = await self._clone(extra, socket.SOCK_STREAM)
-        worker = Worker(pid, pidfd, sock, out_r, err_r, outer_id=uid)
+        static = self._static
+        if work_bytes is not None:
+            static = dataclasses.replace(static, work_bytes=work_bytes)
+        request = self._spawn_request(static, self._memory_bytes)
+        cloned = await self._clone(request, socket.SOCK_STREAM)
+        uid = cloned.spawned.uid
+        worker = Worker(
+            cloned.spawned.pid, cloned.pidfd, cloned.sock, cloned.out, cloned.err, outer_id=uid
+        )
+        worker.cgroup = self._sandbox_cgroup(
+            cloned.spawned, group=None, memory_bytes=self._memory_bytes, pids=static.pids
+        )
         self._workers[worker.pid] = worker
         return worker
 
@@ -266,16 +395,31 @@ class Zygote:
             raise
         return worker
 
-    async def spawn_holder(self, disk_bytes: int) -> Holder:
+    async def spawn_holder(
+        self, disk_bytes: int, *, memory_bytes: int | None = None, group: str | None = None
+    ) -> Holder:
         """Clone a session holder with a ``disk_bytes`` tmpfs at ``/mnt/data``.
+
+        Args:
+            memory_bytes: the whole session's memory bound (the zygote's default when None).
+            group: the cgroup group it shares with its key's other sessions.
 
         Raises:
             ZygoteUnavailable: the zygote is gone or did not answer.
         """
-        pid, pidfd, sock, out_r, err_r, uid = await self._clone(
-            {"session": True, "disk_bytes": disk_bytes}, socket.SOCK_SEQPACKET
+        memory = self._memory_bytes if memory_bytes is None else memory_bytes
+        request = self._spawn_request(
+            self._static, memory, session_disk_bytes=disk_bytes, group=group
         )
-        return Holder(pid, pidfd, sock, out_r, err_r, outer_id=uid)
+        cloned = await self._clone(request, socket.SOCK_SEQPACKET)
+        uid = cloned.spawned.uid
+        holder = Holder(
+            cloned.spawned.pid, cloned.pidfd, cloned.sock, cloned.out, cloned.err, outer_id=uid
+        )
+        holder.cgroup = self._sandbox_cgroup(
+            cloned.spawned, group=group, memory_bytes=memory, pids=self._static.pids
+        )
+        return holder
 
     def kill(self) -> None:
         if self._process is not None and self._process.returncode is None:
@@ -283,7 +427,8 @@ class Zygote:
                 self._process.kill()
 
     async def aclose(self) -> None:
-        """Stop the zygote in stages: close its socket, then SIGTERM, then SIGKILL; reap it."""
+        """Stop the zygote in stages: close its socket, then SIGTERM, then SIGKILL; reap it;
+        remove its cgroup folders."""
         if self._ctl is not None:
             anyio.notify_closing(self._ctl)
             self._ctl.close()
@@ -305,6 +450,8 @@ class Zygote:
                         break
                 else:
                     logger.error("zygote %s did not exit after SIGKILL", process.pid)
+                if self._cgroups is not None and self._own_uid is not None:
+                    await anyio.to_thread.run_sync(self._cgroups.remove_zygote, self._own_uid)
         self._mark_dead()
 
     @property

@@ -17,22 +17,29 @@ of a ``RunRequest``, it
   handles it, and SIGKILL and SIGSTOP never);
 * prepares the program once in the namespace its cases inherit (``_prepare``): compiled,
   its standard-library imports imported, its leading imports run;
-* records the state of its writable folders (``/work``, ``/tmp``, ``/dev/shm``).
+* records its writable folders (``/work``, ``/tmp``, ``/dev/shm``: entries, modes, owners,
+  extended attributes, times; ``_restore``) and its own process settings (rlimits,
+  scheduling, nice value, affinity; ``_pristine``, which also says why cases share the
+  server's uid rather than get one of their own).
 
 Per case (``CaseStart``, with the case's protocol socket and its stdout and stderr pipes) it
 forks a plain child: no namespace flags, which the policy allows. The child takes the three
 descriptors as fds 3, 1 and 2 and nothing else of the server's, becomes dumpable again (its
-own /proc/self, as subprocess needs), reseeds its random generators and serves the case's
+own /proc/self, as subprocess needs), sets its rlimits, scheduling policy, nice value and
+affinity from the server's pristine copy, reseeds its random generators and serves the case's
 ``RunRequest`` as a fresh worker does: same limits (lowered for the child alone), same stdin
 and files, same cell semantics, same fitting, same report. Fresh Python state comes by fork:
 the server never runs user code. The child's exit ends the case's processes, as a fresh
 worker's exit does: the server kills every other process of the namespace. The case ends on
 ``CaseStop`` from the engine, or when the server's own timer, a little past the case's
-deadline, runs out. Then the server kills every process but itself, reaps them, wipes what
-the case left in the writable folders (a mount point, the runtime's read-only binds, is never
-entered), removes System V IPC objects, and answers ``CaseEnded``. Folders it cannot restore
-exactly, or not within ``RESTORE_SECONDS`` (the engine has given the case's slot back by then),
-make it answer ``clean=False`` and exit: the engine then takes a new server.
+deadline, runs out. Then the server kills every process but itself, reaps them, checks that
+its own settings are still the pristine ones (a case, of its uid, may have changed them on
+pid 1), wipes what the case left in the writable folders and puts back the attributes of
+what it did not make (a mount point, the runtime's read-only binds, is never entered),
+removes System V IPC objects, and answers ``CaseEnded``. Settings that changed, or folders it
+cannot restore exactly, or not within ``RESTORE_SECONDS`` (the engine has given the case's
+slot back by then), make it answer ``clean=False`` and exit: the engine then takes a new
+server.
 
 Not made fresh between cases (as they are not between two fresh workers either): the hash
 seed and anything else fixed before the zygote forked. A POSIX message queue could not be
@@ -48,14 +55,12 @@ from __future__ import annotations
 
 import array
 import contextlib
-import ctypes
 import functools
 import os
 import resource
 import selectors
 import signal
 import socket
-import stat
 import sys
 import time
 from collections.abc import Callable
@@ -72,7 +77,9 @@ from corral.sandbox._case_protocol import (
     encode_case_message,
 )
 from corral.sandbox._protocol import HEADER, MAX_CONTROL_FRAME, write_frames_sync
+from corral.sandbox.inside import _pristine, _restore
 from corral.sandbox.inside._cell import Cell
+from corral.sandbox.inside._child import run_then_exit
 from corral.sandbox.inside._prepare import prepare
 
 __all__ = ["serve_cases"]
@@ -81,110 +88,9 @@ RunCase = Callable[[Cell | None, Callable[[], None] | None], None]
 """The runner's one-shot run of a case in the child (reads its request from fd 3), given the
 compiled code and what to call just before the code runs."""
 
-_ROOTS = ("/work", "/tmp", "/dev/shm")  # noqa: S108 - the worker's own tmpfs mounts
-"""The writable folders of a one-shot worker (``/mnt/data`` is ``/work`` bound again)."""
 _PROTOCOL_FD = 3
 _FD_BYTES = 4
 _OWN_TIMER_MARGIN = 1.0  # seconds past the case's deadline before the server kills on its own
-RESTORE_SECONDS = 0.5
-"""How long a restore may take. It runs after the case gave back its slot: past this, the
-server gives up (unclean, so the engine replaces it) rather than spend CPU no slot holds."""
-_IPC_RMID = 0
-_SYSV = (("shm", "shmctl"), ("sem", "semctl"), ("msg", "msgctl"))
-
-Baseline = dict[str, int]
-"""Every entry under the writable folders: its mode, or -1 for a mount point."""
-
-
-def _snapshot(roots: tuple[str, ...] = _ROOTS) -> Baseline:
-    entries: Baseline = {}
-    for root in roots:
-        device = os.lstat(root).st_dev
-        folders = [root]
-        while folders:
-            with os.scandir(folders.pop()) as listing:
-                for entry in listing:
-                    info = entry.stat(follow_symlinks=False)
-                    if info.st_dev != device:
-                        entries[entry.path] = -1
-                        continue
-                    entries[entry.path] = info.st_mode
-                    if stat.S_ISDIR(info.st_mode):
-                        folders.append(entry.path)
-    return entries
-
-
-def _wipe(folder: str, device: int, baseline: Baseline, deadline: float) -> int:
-    """Remove from ``folder`` whatever is not in ``baseline``; the number of baseline entries
-    found there as they were (directories get their mode back).
-
-    The listing is read as it goes and checked against ``deadline`` (``time.monotonic``)
-    entry by entry, so a folder of a million files costs neither its whole listing in memory
-    nor more than the time allowed; subfolders are entered once it is closed, one open
-    descriptor at a time.
-
-    Raises:
-        TimeoutError: past ``deadline``, with the folder half wiped.
-    """
-    found = 0
-    folders: list[tuple[str, int, int | None]] = []
-    with os.scandir(folder) as listing:
-        for entry in listing:
-            if time.monotonic() > deadline:
-                raise TimeoutError("restoring the folders took too long")
-            info = entry.stat(follow_symlinks=False)
-            kept = baseline.get(entry.path)
-            if info.st_dev != device:  # a mount point (the runtime's read-only binds): left be
-                found += kept == -1
-            elif stat.S_ISDIR(info.st_mode):
-                folders.append((entry.path, info.st_mode, kept))
-            else:
-                os.unlink(entry.path)
-    for path, mode, kept in folders:
-        if kept is not None and stat.S_ISDIR(kept):
-            if mode != kept:
-                os.chmod(path, stat.S_IMODE(kept), follow_symlinks=False)
-            found += 1 + _wipe(path, device, baseline, deadline)
-        else:
-            _wipe(path, device, baseline, deadline)  # nothing in it is in the baseline
-            os.rmdir(path)
-    return found
-
-
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def _remove_sysv_ipc() -> None:
-    for kind, call in _SYSV:
-        try:
-            with open(f"/proc/sysvipc/{kind}", "rb") as table:
-                rows = table.read().splitlines()[1:]
-        except FileNotFoundError:
-            continue
-        remove = getattr(_LIBC, call)
-        for row in rows:
-            ident = int(row.split()[1])
-            if kind == "sem":
-                result = remove(ident, 0, _IPC_RMID)
-            else:
-                result = remove(ident, _IPC_RMID, None)
-            if result < 0:
-                raise OSError(ctypes.get_errno(), f"{call} IPC_RMID")
-
-
-def _restore(
-    baseline: Baseline, roots: tuple[str, ...] = _ROOTS, seconds: float = RESTORE_SECONDS
-) -> bool:
-    """Put the writable folders back as they were; False if they could not be, or not within
-    ``seconds``."""
-    deadline = time.monotonic() + seconds
-    try:
-        found = sum(_wipe(root, os.lstat(root).st_dev, baseline, deadline) for root in roots)
-        if roots is _ROOTS:
-            _remove_sysv_ipc()
-    except (OSError, RecursionError, ValueError):
-        return False
-    return found == len(baseline)
 
 
 def _kill_all() -> None:
@@ -235,12 +141,14 @@ def _receive(control: socket.socket) -> tuple[bytes | None, list[int]]:
     return None, []
 
 
-def _child(fds: list[int], run: Callable[[], None]) -> None:
+def _child(fds: list[int], run: Callable[[], None], pristine: _pristine.Pristine) -> None:
     for fd, target in zip(fds, (_PROTOCOL_FD, 1, 2), strict=True):
         os.dup2(fd, target)
     os.closerange(_PROTOCOL_FD + 1, 1 << 20)  # the server's control socket among them
     sc.set_dumpable(True)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    _pristine.apply(pristine)
+    os.setsid()  # its own autogroup: one whose nice value the case may raise dies with it
     # A POSIX message queue cannot be listed without mounting mqueue, so none could be
     # removed after its case: a case may create none.
     resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
@@ -252,14 +160,14 @@ def _one_case(
     fds: list[int],
     control: socket.socket,
     run: Callable[[], None],
-    baseline: Baseline,
+    baseline: _restore.Baseline,
+    pristine: _pristine.Pristine,
 ) -> CaseEnded | None:
     """Run one case to its end; None when the engine has gone away."""
-    from corral.sandbox.inside._runner import run_then_exit
 
     pid = os.fork()
     if pid == 0:
-        run_then_exit("case", lambda: _child(fds, run))
+        run_then_exit("case", lambda: _child(fds, run, pristine))
     for fd in fds:
         os.close(fd)
     deadline = time.monotonic() + start.seconds + _OWN_TIMER_MARGIN
@@ -291,7 +199,18 @@ def _one_case(
             os.close(pidfd)
             _kill_all()
             _reap_all()
-    return CaseEnded(timed_out=timed_out, clean=_restore(baseline))
+    return CaseEnded(timed_out=timed_out, clean=_clean(baseline, pristine))
+
+
+def _clean(baseline: _restore.Baseline, pristine: _pristine.Pristine) -> bool:
+    """Whether the next case may fork from this server (every process of the last one is
+    gone): its own settings as prepared, its folders and IPC put back."""
+    try:
+        if _pristine.changed(pristine):
+            return False
+        return _restore.restore(baseline) and _restore.remove_sysv_ipc()
+    except (OSError, ValueError):  # a setting it cannot read, a malformed IPC table
+        return False
 
 
 def serve_cases(request: CasesRequest, namespace: dict[str, Any], run_case: RunCase) -> None:
@@ -305,7 +224,8 @@ def serve_cases(request: CasesRequest, namespace: dict[str, Any], run_case: RunC
     sc.set_dumpable(False)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # no handler: no signal from a case lands
     run = functools.partial(run_case, *prepare(request.code, namespace))
-    baseline = _snapshot()
+    baseline = _restore.snapshot()
+    pristine = _pristine.capture()
     control = socket.socket(fileno=_PROTOCOL_FD)
     control.setblocking(True)
     for stream in (sys.stdout, sys.stderr):  # children inherit the objects, not our buffers
@@ -320,7 +240,7 @@ def serve_cases(request: CasesRequest, namespace: dict[str, Any], run_case: RunC
             for fd in fds:  # a late CaseStop for a case our own timer ended
                 os.close(fd)
             continue
-        ended = _one_case(command, fds, control, run, baseline)
+        ended = _one_case(command, fds, control, run, baseline, pristine)
         if ended is None:
             return
         write_frames_sync(_PROTOCOL_FD, encode_case_message(ended))

@@ -22,6 +22,9 @@ import types
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from corral._mime import IMAGE_PNG
+from corral.sandbox.inside import _shell
+
 if TYPE_CHECKING:
     import importlib.abc
 
@@ -148,7 +151,7 @@ def _load_formatter(display: Display) -> None:
         import matplotlib.pyplot as plt
         from matplotlib.figure import Figure
 
-        display.formatter.formatters["image/png"].for_type(Figure, _figure_png)
+        display.formatter.formatters[IMAGE_PNG].for_type(Figure, _figure_png)
 
         def show(*_args: Any, **_kwargs: Any) -> None:
             flush_figures(display)
@@ -260,8 +263,17 @@ def compile_cell(
     return _compile_tree(tree, code, filename)
 
 
-def _split(code: str, filename: str) -> Cell:
-    return _compile_tree(ast.parse(code, filename, "exec"), code, filename)
+def _split(code: str, filename: str, namespace: dict[str, Any]) -> Cell:
+    try:
+        tree = ast.parse(code, filename, "exec")
+    except SyntaxError:
+        rewritten = _shell.rewrite(code)  # notebook syntax: ``!pip install``, ``%cd``
+        if rewritten is None:
+            raise
+        code, tree = rewritten, ast.parse(rewritten, filename, "exec")
+        if not isinstance(namespace.get(_shell.SHELL_NAME), _shell.Shell):
+            namespace[_shell.SHELL_NAME] = _shell.Shell(namespace)
+    return _compile_tree(tree, code, filename)
 
 
 def _compile_tree(tree: ast.Module, code: str, filename: str) -> Cell:
@@ -340,7 +352,7 @@ def execute_cell(
     lines = code.splitlines(keepends=True)
     linecache.cache[filename] = (len(code), None, lines, filename)
     try:
-        body, last = _split(code, filename) if cell is None else cell
+        body, last = _split(code, filename, namespace) if cell is None else cell
         if prelude is not None:
             prelude()
         _run(body, namespace)

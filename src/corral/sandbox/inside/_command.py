@@ -15,49 +15,17 @@ import contextlib
 import os
 import resource
 import signal
-from collections.abc import Mapping
-from typing import Any
 
-from corral.sandbox.inside import _isolate, _runner
+from corral.sandbox._control_protocol import Exec, SignalCommand, StaticLimits
+from corral.sandbox._descriptors import Descriptors
+from corral.sandbox.inside import _isolate
+from corral.sandbox.inside._child import run_then_exit
 
 __all__ = ["MAX_COMMANDS", "Commands"]
 
 MAX_COMMANDS = 16
 """Commands one session may run at once; more are refused (pid ``-1``)."""
-_SIGNALS = frozenset({signal.SIGTERM, signal.SIGKILL, signal.SIGINT})
-_MAX_ARGS = 4096
-_MAX_ENV = 4096
-
-
-def _texts(value: Any, limit: int) -> list[str] | None:
-    if not isinstance(value, list) or len(value) > limit:
-        return None
-    if not all(isinstance(item, str) and "\0" not in item for item in value):
-        return None
-    return value
-
-
-def _environment(value: Any) -> dict[str, str] | None:
-    if not isinstance(value, dict) or len(value) > _MAX_ENV:
-        return None
-    env: dict[str, str] = {}
-    for key, item in value.items():
-        if not isinstance(item, str) or not key or "=" in key or "\0" in key + item:
-            return None
-        env[key] = item
-    return env
-
-
-def _parse(message: Mapping[str, Any]) -> tuple[list[str], dict[str, str], str, int, int] | None:
-    argv = _texts(message.get("argv"), _MAX_ARGS)
-    env = _environment(message.get("env"))
-    cwd, memory, cpu = message.get("cwd"), message.get("memory_bytes"), message.get("cpu_seconds")
-    if not argv or env is None or not isinstance(cwd, str):
-        return None
-    bounds = [v for v in (memory, cpu) if isinstance(v, int) and not isinstance(v, bool) and v > 0]
-    if len(bounds) != 2:
-        return None
-    return argv, env, cwd, bounds[0], bounds[1]
+_EXEC_FDS = 4  # stdin, stdout, stderr and the status pipe
 
 
 def _write(fd: int, text: str) -> None:
@@ -68,47 +36,31 @@ def _write(fd: int, text: str) -> None:
 class Commands:
     """The commands the holder has started and not yet reaped, by pid."""
 
-    def __init__(self, seccomp_bpf: bytes, static: _runner.StaticLimits) -> None:
+    def __init__(self, seccomp_bpf: bytes, static: StaticLimits) -> None:
         self._seccomp_bpf = seccomp_bpf
         self._static = static
         self._status: dict[int, int] = {}
 
-    def start(self, message: Mapping[str, Any], fds: list[int], default_cwd: str) -> None:
-        """Fork the command of an ``exec`` request: fds are stdin, stdout, stderr, status."""
-        if len(fds) != 4:
-            for fd in fds:
-                os.close(fd)
-            return
-        status_fd = fds[3]
-        request = _parse(message)
-        if request is None or len(self._status) >= MAX_COMMANDS:
-            _write(status_fd, "-1\n")
-            for fd in fds:
-                os.close(fd)
-            return
-        argv, env, cwd, memory, cpu = request
-        pid = os.fork()
-        if pid == 0:
-            _runner.run_then_exit(
-                "command",
-                lambda: self._exec(fds, argv, env, cwd or default_cwd, memory, cpu),
-            )
-        with contextlib.suppress(OSError):  # both sides set it: no signal finds it unset
-            os.setpgid(pid, pid)
-        for fd in fds[:3]:
-            os.close(fd)
-        self._status[pid] = status_fd
+    def start(self, request: Exec, fds: list[int], default_cwd: str) -> None:
+        """Fork the command of an ``Exec``: fds are stdin, stdout, stderr, status."""
+        with Descriptors(fds) as held:
+            if len(fds) != _EXEC_FDS:
+                return
+            status_fd = fds[3]
+            if len(self._status) >= MAX_COMMANDS:
+                _write(status_fd, "-1\n")
+                return
+            pid = os.fork()
+            if pid == 0:
+                run_then_exit(
+                    "command", lambda: self._exec(fds, request, request.cwd or default_cwd)
+                )
+            with contextlib.suppress(OSError):  # both sides set it: no signal finds it unset
+                os.setpgid(pid, pid)
+            self._status[pid] = held.take(status_fd)
         _write(status_fd, f"{pid}\n")
 
-    def _exec(
-        self,
-        fds: list[int],
-        argv: list[str],
-        env: dict[str, str],
-        cwd: str,
-        memory_bytes: int,
-        cpu_seconds: int,
-    ) -> None:
+    def _exec(self, fds: list[int], request: Exec, cwd: str) -> None:
         signal.set_wakeup_fd(-1)
         for signum in (signal.SIGCHLD, signal.SIGINT, signal.SIGPIPE, signal.SIGTERM):
             signal.signal(signum, signal.SIG_DFL)
@@ -119,20 +71,22 @@ class Commands:
         os.chdir(cwd)
         _isolate.lock_down(
             seccomp_bpf=self._seccomp_bpf,
-            pids=self._static["pids"],
-            file_bytes=self._static["file_bytes"],
-            open_files=self._static["open_files"],
+            pids=self._static.pids,
+            file_bytes=self._static.file_bytes,
+            open_files=self._static.open_files,
         )
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
-        os.execvpe(argv[0], argv, {**os.environ, **env})  # noqa: S606 - argv, not a shell line
+        memory = request.memory_bytes
+        cpu = min(request.cpu_seconds, _isolate.CPU_CEILING_SECONDS)
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+        argv = request.argv
+        os.execvpe(argv[0], argv, {**os.environ, **request.env})  # noqa: S606 - argv, no shell
 
-    def signal(self, message: Mapping[str, Any]) -> None:
+    def signal(self, request: SignalCommand) -> None:
         """Signal a command's process group; anything but a live command's pid is ignored."""
-        pid, signum = message.get("pid"), message.get("signal")
-        if isinstance(pid, int) and pid in self._status and signum in _SIGNALS:
+        if request.pid in self._status:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, int(signum))
+                os.killpg(request.pid, request.signal)
 
     def reaped(self, pid: int, status: int) -> bool:
         """Report a reaped child if it was a command; False when it was not one."""

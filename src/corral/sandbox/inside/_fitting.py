@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from corral._mime import TEXT_PLAIN, is_textual
 from corral.sandbox._protocol import (
     HEADER,
     MAX_JSON_NODES,
@@ -66,10 +67,6 @@ def clip(text: str, ceiling: int) -> str:
     return text[:head] + _marker(len(text) - keep) + text[len(text) - (keep - head) :]
 
 
-def _textual(mime: str) -> bool:
-    return mime.startswith("text/") or mime == "image/svg+xml"
-
-
 def _fit_values(
     data: dict[str, Any], ceiling: int, byte_budget: int, node_budget: int
 ) -> dict[str, Any]:
@@ -77,9 +74,9 @@ def _fit_values(
     they fit the byte and JSON-value budgets."""
     kept: dict[str, Any] = {}
     for mime, value in data.items():
-        if mime == "text/plain":
+        if mime == TEXT_PLAIN:
             kept[mime] = clip(value if isinstance(value, str) else str(value), ceiling)
-        elif _textual(mime):
+        elif is_textual(mime):
             if isinstance(value, str) and len(value) <= ceiling:
                 kept[mime] = valid_text(value)
                 if len(kept[mime]) > ceiling:
@@ -102,7 +99,7 @@ def fit_result(
 ) -> tuple[dict[str, Any] | None, FittedText | None]:
     """The result bundle without ``text/plain`` (fitted), and its ``text/plain`` text."""
     rest = dict(bundle)
-    plain = rest.pop("text/plain", None)
+    plain = rest.pop(TEXT_PLAIN, None)
     fitted = (
         None
         if plain is None

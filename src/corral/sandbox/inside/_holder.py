@@ -17,13 +17,29 @@ import signal
 import socket
 
 from corral.sandbox import _syscalls as sc
+from corral.sandbox._control_protocol import (
+    Exec,
+    HolderReady,
+    InterpreterExited,
+    InterpreterStarted,
+    Interrupt,
+    Interrupted,
+    KillInterpreter,
+    SignalCommand,
+    StartInterpreter,
+    StaticLimits,
+    decode,
+)
+from corral.sandbox._descriptors import Descriptors
 from corral.sandbox._seqpacket import receive, send
 from corral.sandbox.inside import _isolate, _runner
+from corral.sandbox.inside._child import run_then_exit
 from corral.sandbox.inside._command import Commands
 
 __all__ = ["holder_main"]
 
 _CONTROL_FD = 3
+_INTERPRETER_FDS = 3  # its protocol socket, stdout and stderr
 
 
 def _kill_everyone_else(commands: Commands) -> None:
@@ -37,9 +53,7 @@ def _kill_everyone_else(commands: Commands) -> None:
         commands.reaped(pid, status)
 
 
-def _start_interpreter(
-    fds: list[int], cwd: str, seccomp_bpf: bytes, static: _runner.StaticLimits
-) -> int:
+def _start_interpreter(fds: list[int], cwd: str, seccomp_bpf: bytes, static: StaticLimits) -> int:
     pid = os.fork()
     if pid == 0:
 
@@ -55,7 +69,7 @@ def _start_interpreter(
                 cwd=cwd, session=True, seccomp_bpf=seccomp_bpf, static=static, inputs_fd=None
             )
 
-        _runner.run_then_exit("interpreter", interpreter)
+        run_then_exit("interpreter", interpreter)
     for fd in fds:
         os.close(fd)
     return pid
@@ -67,13 +81,13 @@ def holder_main(
     staged: list[tuple[str, str]],
     disk_bytes: int,
     seccomp_bpf: bytes,
-    static: _runner.StaticLimits,
+    static: StaticLimits,
 ) -> None:
     """Enter the sandbox in a freshly cloned session worker and serve its control socket."""
     cwd, inputs_fd = _isolate.enter(
         template=template,
         staged=staged,
-        work_bytes=static["work_bytes"],
+        work_bytes=static.work_bytes,
         session_disk_bytes=disk_bytes,
     )
     os.close(inputs_fd)  # sessions take files through the files API instead
@@ -84,7 +98,7 @@ def holder_main(
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    send(control, {"t": "ready"})
+    send(control, HolderReady())
     interpreter: int | None = None
     commands = Commands(seccomp_bpf, static)
     selector = selectors.DefaultSelector()
@@ -93,31 +107,32 @@ def holder_main(
     while True:
         for key, _ in selector.select():
             if key.fileobj is control:
-                message, fds = receive(control)
-                if message is None:
+                packet, fds = receive(control)
+                if packet is None:
                     return
-                kind = message.get("t")
-                if kind == "start" and interpreter is None and len(fds) == 3:
-                    interpreter = _start_interpreter(fds, cwd, seccomp_bpf, static)
-                    send(control, {"t": "started"})
-                elif kind == "interrupt":
+                message = decode(
+                    packet, StartInterpreter, Interrupt, Exec, SignalCommand, KillInterpreter
+                )
+                if isinstance(message, StartInterpreter):
+                    if interpreter is None and len(fds) == _INTERPRETER_FDS:
+                        interpreter = _start_interpreter(fds, cwd, seccomp_bpf, static)
+                        send(control, InterpreterStarted())
+                        continue
+                elif isinstance(message, Interrupt):
                     if interpreter is not None:
                         os.kill(interpreter, signal.SIGINT)
-                    number = message.get("n")
-                    if isinstance(number, int):  # the engine waits for it (host/_holder)
-                        send(control, {"t": "interrupted", "n": number})
-                elif kind == "exec":
+                    send(control, Interrupted(n=message.n))  # the engine waits for it
+                elif isinstance(message, Exec):
                     commands.start(message, fds, cwd)
-                elif kind == "signal":
+                    continue
+                elif isinstance(message, SignalCommand):
                     commands.signal(message)
-                elif kind == "kill":
+                elif isinstance(message, KillInterpreter):
                     _kill_everyone_else(commands)
                     if interpreter is not None:
                         interpreter = None
-                        send(control, {"t": "exited", "code": -signal.SIGKILL})
-                else:
-                    for fd in fds:
-                        os.close(fd)
+                        send(control, InterpreterExited(code=-signal.SIGKILL))
+                Descriptors(fds).close()
                 continue
             try:
                 while os.read(wake_read, 512):
@@ -136,4 +151,4 @@ def holder_main(
                 if pid == interpreter:
                     interpreter = None
                     _kill_everyone_else(commands)
-                    send(control, {"t": "exited", "code": os.waitstatus_to_exitcode(code)})
+                    send(control, InterpreterExited(code=os.waitstatus_to_exitcode(code)))

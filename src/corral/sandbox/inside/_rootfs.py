@@ -13,17 +13,18 @@ from __future__ import annotations
 import os
 import site
 import sys
-import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
 from corral.sandbox import _syscalls as sc
+from corral.sandbox._control_protocol import NO_FILES, TEMPLATE_LAYER, WHEELHOUSE, SandboxFiles
+from corral.sandbox.inside import _proc_masks
 
 __all__ = [
+    "CA_BUNDLE",
     "DATA_STAGE",
     "DATA_TARGET",
     "OVERLAID",
-    "PROC_MASKS",
     "SANDBOX_GID",
     "SANDBOX_UID",
     "STAGE",
@@ -46,28 +47,9 @@ OVERLAID = ("/work", "/tmp", "/inputs", "/mnt", "/proc", "/dev", "/etc")
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
 
-MASKS = "/.corral-masks"
-"""Where the template keeps the files that cover host-revealing entries of a worker's /proc."""
-PROC_MASKS: list[tuple[str, str]] = []
-"""(mask under MASKS, path under /proc) pairs this host needs; filled by build_template."""
-_EMPTY = "empty"
-_PRESSURE_ZERO = (
-    "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-    "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-)
-# What a worker's /proc would tell of the host and of other tenants: the kernel's command
-# line and build config, the boot id (a host fingerprint), and the load and pressure
-# figures, which follow every other tenant's activity.
-_MASKED_FILES = {
-    "cmdline": _EMPTY,
-    "config.gz": _EMPTY,
-    "sys/kernel/random/boot_id": "boot_id",
-    "loadavg": "loadavg",
-}
-
 _SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _DEVICES = ("null", "zero", "full", "random", "urandom")
-_MOUNT_POINTS = ("proc", "work", "tmp", "inputs", "mnt/data", "home/user", "dev/shm")
+_MOUNT_POINTS = ("proc", "work", "tmp", "inputs", "mnt/data", "home/user", "dev/shm", "dev/pts")
 _ETC_FILES = {
     "passwd": "root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
     f"sandbox:x:{SANDBOX_UID}:{SANDBOX_GID}:corral sandbox:/work:/bin/sh\n"
@@ -75,9 +57,15 @@ _ETC_FILES = {
     "group": f"root:x:0:\nsandbox:x:{SANDBOX_GID}:\nnogroup:x:65534:\n",
     "hosts": "127.0.0.1 localhost\n::1 localhost\n",
     "hostname": "corral\n",
-    "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+    "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files dns\n",
+    # corral's resolver answers in a sandbox with a network; without one nothing listens
+    # and a lookup fails at once, as it always did.
+    "resolv.conf": "nameserver 127.0.0.1\noptions attempts:1 timeout:2\n",
 }
 _ETC_COPIES = ("ld.so.cache", "localtime", "mime.types")
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+"""The sandbox's CA bundle: the host's, and corral's own CA when it intercepts a host's TLS
+to add headers (every TLS client in the sandbox is pointed at it)."""
 
 
 def runtime_paths(extra: Iterable[str] = ()) -> list[str]:
@@ -109,14 +97,17 @@ def runtime_paths(extra: Iterable[str] = ()) -> list[str]:
     return kept
 
 
-def _bind_readonly(source: str, target: str) -> None:
+def _bind_readonly(source: str, target: str, *, nodev: bool = False) -> None:
+    """``source`` at ``target``, read-only and nosuid (and nodev: a host folder of files,
+    not one of the devices bound one by one)."""
     if os.path.isdir(source):
         os.makedirs(target, exist_ok=True)
     else:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         Path(target).touch()
     sc.mount(source, target, None, sc.MS_BIND | sc.MS_REC)
-    sc.mount(None, target, None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | sc.MS_NOSUID)
+    flags = sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | sc.MS_NOSUID
+    sc.mount(None, target, None, flags | (sc.MS_NODEV if nodev else 0))
 
 
 def _under(path: str, parent: str) -> bool:
@@ -147,13 +138,14 @@ def _data_target(data_dir: str, paths: list[str]) -> str | None:
 
 
 def build_template(
-    paths: Iterable[str], *, data_dir: str | None = None
+    paths: Iterable[str], *, data_dir: str | None = None, files: SandboxFiles = NO_FILES
 ) -> tuple[str, list[tuple[str, str]]]:
     """Build the template root; call as root after unsharing the mount namespace.
 
     Args:
         data_dir: a host folder session holders bind read-write as their ``/mnt/data``
             (and at its own path), instead of a tmpfs.
+        files: what the root adds to the host's files (a CA, pip's index, a wheelhouse).
 
     Returns the template's path and the runtime directories staged because they live under
     a worker-owned mount point, as (staged path, path) pairs inside the sandbox.
@@ -192,6 +184,20 @@ def build_template(
         host = Path("/etc") / name
         if host.is_file():
             (etc / name).write_bytes(host.read_bytes())
+    _write_ca_bundle(root, files.extra_ca)
+    for name, text in files.etc:
+        (etc / name).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        (etc / name).write_text(text)
+    if files.wheelhouse:
+        _bind_readonly(files.wheelhouse, str(root) + WHEELHOUSE, nodev=True)
+    for folder in files.toolchains:
+        # A language's toolchain outside /usr (a rustup sysroot under /root, a JDK's settings
+        # under /etc) at its own path, read-only: the sandbox's uid runs the host's files.
+        if not any(_under(folder, p) for p in (*paths, *(f"/{d}" for d in _SYSTEM_DIRS))):
+            _bind_readonly(folder, str(root) + folder, nodev=True)
+    if files.layer:
+        # A template's layer: what its build made, never writable by what runs on it.
+        _bind_readonly(files.layer, str(root) + TEMPLATE_LAYER, nodev=True)
 
     dev = root / "dev"
     dev.mkdir(mode=0o755)
@@ -205,6 +211,7 @@ def build_template(
         ("stdin", "/proc/self/fd/0"),
         ("stdout", "/proc/self/fd/1"),
         ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),  # a session's own devpts (_isolate); a one-shot run has none
     ):
         (dev / name).symlink_to(target)
 
@@ -222,26 +229,17 @@ def build_template(
         if data_target is not None:
             (root / data_target.lstrip("/")).mkdir(mode=0o755, parents=True, exist_ok=True)
         (root / DATA_TARGET.lstrip("/")).write_text(data_target or "")
-    _build_masks(root / MASKS.lstrip("/"))
+    _proc_masks.build(root / _proc_masks.MASKS.lstrip("/"))
     sc.mount(None, template, None, sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID)
     return template, staged
 
 
-def _build_masks(masks: Path) -> None:
-    masks.mkdir(mode=0o755)
-    (masks / _EMPTY).write_text("")
-    (masks / "loadavg").write_text("0.00 0.00 0.00 1/1 1\n")
-    (masks / "boot_id").write_text(f"{uuid.uuid4()}\n")  # this zygote's, not the host's
-    PROC_MASKS.clear()
-    for target, mask in _MASKED_FILES.items():
-        if os.path.exists(f"/proc/{target}"):
-            PROC_MASKS.append((mask, target))
-    if os.path.isdir("/proc/pressure"):
-        pressure = masks / "pressure"
-        pressure.mkdir(mode=0o555)
-        for name in sorted(os.listdir("/proc/pressure")):
-            (pressure / name).write_text(_PRESSURE_ZERO)
-        PROC_MASKS.append(("pressure", "pressure"))
+def _write_ca_bundle(root: Path, extra_ca: str) -> None:
+    bundle = root / CA_BUNDLE.lstrip("/")
+    bundle.parent.mkdir(mode=0o755, parents=True)
+    host = Path(CA_BUNDLE)
+    text = host.read_bytes() if host.is_file() else b""
+    bundle.write_bytes(text + (b"\n" + extra_ca.encode() if extra_ca else b""))
 
 
 def enter_base(template: str) -> str:

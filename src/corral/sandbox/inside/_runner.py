@@ -13,6 +13,7 @@ import builtins
 import contextlib
 import dataclasses
 import functools
+import importlib
 import io
 import os
 import resource
@@ -21,9 +22,10 @@ import sys
 import threading
 import types
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 from corral.sandbox._case_protocol import decode_cases_request
+from corral.sandbox._control_protocol import StaticLimits
 from corral.sandbox._protocol import (
     HEADER,
     Done,
@@ -56,8 +58,6 @@ from corral.sandbox.inside._workdir import Snapshot, changed_since, link_sources
 __all__ = [
     "DISPLAY",
     "PROTOCOL_FD",
-    "StaticLimits",
-    "run_then_exit",
     "serve",
     "warm_up_zygote",
     "worker_main",
@@ -65,13 +65,12 @@ __all__ = [
 
 PROTOCOL_FD = 3
 _MAX_REQUEST = 64 * 1024 * 1024  # bytes; code is bounded far below this by the engine
+_LINGER_READ = 4096  # bytes read at a time while waiting for the engine to hang up
+_FOLDER_MODE = 0o755  # a working folder's mode when it is made
 DISPLAY = Display()
 SENDER = DisplaySender()
 DISPLAY.sink = SENDER
 _STARTED = encode_message(Started())
-
-StaticLimits = dict[str, int]
-"""work_bytes, pids, file_bytes, open_files: fixed when the worker is created."""
 
 
 def _reseed() -> None:
@@ -160,6 +159,14 @@ def _report(
     return [encode_message(done), *(encode_bytes(c) for c in contents)]
 
 
+def _usable(folder: str) -> None:
+    """Give the working folder back its owner's access if the code took it away (``chmod 0
+    .``): its files are reported from it, and a session's next run starts in it."""
+    if not os.access(folder, os.R_OK | os.W_OK | os.X_OK):
+        with contextlib.suppress(OSError):
+            os.chmod(folder, _FOLDER_MODE)
+
+
 def _on_error(text: str) -> None:
     sys.stderr.write(text)
 
@@ -192,6 +199,14 @@ def _interruptible(code: str, namespace: dict[str, Any], filename: str) -> CellO
         _interrupt.install()  # disarmed, and no handler of the code's runs between requests
 
 
+def _see_installed_packages() -> None:
+    """Packages pip installed since the last cell are importable: the import system
+    remembers a missing folder on ``sys.path`` as nothing to look in."""
+    site = _isolate.PACKAGES_SITE
+    if sys.path_importer_cache.get(site, ()) is None and os.path.isdir(site):
+        del sys.path_importer_cache[site]
+
+
 def _serve_one(
     request: RunRequest,
     namespace: dict[str, Any],
@@ -209,13 +224,19 @@ def _serve_one(
         open_files=limits.open_files,
         session=session,
     )
+    _usable(cwd)
     os.chdir(cwd)
+    _see_installed_packages()
     if not session:
         _feed.feed(request.stdin, request.files, cwd)
     namespace["input_files"], namespace["input_assets"] = _inputs(request.inputs)
     link_sources(request.inputs, cwd)
     filename = prepare_script(namespace, request.argv, cwd)
-    before = snapshot(cwd) if session else None
+    # A template's files are in every sandbox of it: a run reports what it changed, not them.
+    before = snapshot(cwd) if session or _isolate.has_template() else None
+    if (workdir := _isolate.template_workdir(cwd)) is not None:
+        with contextlib.suppress(OSError):  # a folder the code removed: stay in the home
+            os.chdir(workdir)
     if session and request.cwd:
         with contextlib.suppress(OSError):  # a folder the code removed: stay in the session's
             os.chdir(request.cwd)
@@ -231,6 +252,7 @@ def _serve_one(
     else:
         output = execute_cell(request.code, namespace, DISPLAY, _on_error, filename, cell, prelude)
     _flush()
+    _usable(cwd)
     frames = _report(limits, output, cwd, session, before)
     with _WRITE:
         # Display from a thread the code left running has no run to go to until the next one.
@@ -276,6 +298,15 @@ def _warm_up(cwd: str) -> None:
     _warm("None", {"__builtins__": builtins}, cwd, session=False)
 
 
+def _preload_template() -> None:
+    """Import the template's preload list here, locked down inside the sandbox, while the
+    worker waits in the pool: its code is the template builder's, never the zygote's to run.
+    A module that fails to import is left for the code to meet (and see why)."""
+    for module in _isolate.use_template_packages():
+        with contextlib.suppress(Exception):
+            importlib.import_module(module)
+
+
 def _send_ready(inputs_fd: int | None) -> None:
     frame = encode_message(Ready())
     sock = socket.socket(fileno=os.dup(PROTOCOL_FD))
@@ -296,6 +327,8 @@ def serve(
     _reseed()
     _rebind_stdio()
     builtins.input = no_input
+    if _isolate.PACKAGES_SITE not in sys.path:
+        sys.path.insert(0, _isolate.PACKAGES_SITE)  # as PYTHONPATH puts it for every other Python
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     namespace = main.__dict__
@@ -303,10 +336,11 @@ def serve(
     _warm_up(cwd)
     _isolate.lock_down(
         seccomp_bpf=seccomp_bpf,
-        pids=static["pids"],
-        file_bytes=static["file_bytes"],
-        open_files=static["open_files"],
+        pids=static.pids,
+        file_bytes=static.file_bytes,
+        open_files=static.open_files,
     )
+    _preload_template()
     if session:
         _interrupt.install()
     _send_ready(inputs_fd)
@@ -327,7 +361,17 @@ def serve(
             return
         _serve_one(decode_request(frame), namespace, cwd, session)
         if not session:
+            _linger()
             return
+
+
+def _linger() -> None:
+    """Stay until the engine closes the socket: it reads the sandbox's cgroup (what the run
+    cost, whether the kernel killed any of it) after the report, and the cgroup goes with
+    this process's reaping."""
+    with contextlib.suppress(OSError):
+        while os.read(PROTOCOL_FD, _LINGER_READ):
+            pass
 
 
 def _run_case(
@@ -344,22 +388,6 @@ def _run_case(
     _serve_one(dataclasses.replace(request, code=code), namespace, cwd, False, cell, prelude)
 
 
-def run_then_exit(what: str, body: Callable[[], object]) -> NoReturn:
-    """Run ``body`` in a forked child, say on stderr why it failed if it did, and exit.
-
-    Never returns: a child must not fall back into its parent's code.
-    """
-    status = 0
-    try:
-        body()
-    except BaseException as exc:  # noqa: BLE001 - any failure ends the child, with a reason
-        status = 70
-        with contextlib.suppress(OSError):
-            os.write(2, f"corral {what} failed: {type(exc).__name__}: {exc}\n".encode())
-    finally:
-        os._exit(status)
-
-
 def worker_main(
     *,
     template: str,
@@ -371,6 +399,6 @@ def worker_main(
     cwd, inputs_fd = _isolate.enter(
         template=template,
         staged=staged,
-        work_bytes=static["work_bytes"],
+        work_bytes=static.work_bytes,
     )
     serve(cwd=cwd, session=False, seccomp_bpf=seccomp_bpf, static=static, inputs_fd=inputs_fd)

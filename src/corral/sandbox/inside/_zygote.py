@@ -21,17 +21,34 @@ import selectors
 import signal
 import socket
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import NoReturn
 
+from corral.sandbox._control_protocol import (
+    Hello,
+    OutOfMemory,
+    Spawn,
+    Spawned,
+    SpawnRefused,
+    StartFailed,
+    Sync,
+    Synced,
+    UseCgroups,
+    ZygoteConfig,
+    decode,
+)
+from corral.sandbox._descriptors import Descriptors
 from corral.sandbox._seqpacket import receive as _recv
 from corral.sandbox._seqpacket import send as _send
 
 # Imported here, as root: after dropping privileges the zygote may not be able to read its
 # own source (a checkout under /root, say), and every child needs these.
+from corral.sandbox.inside._cgroups import CgroupFolders, PendingCgroups
+from corral.sandbox.inside._child import run_then_exit
 from corral.sandbox.inside._holder import holder_main
-from corral.sandbox.inside._isolate import SANDBOX_ENV
+from corral.sandbox.inside._isolate import SANDBOX_ENV, use_template
 from corral.sandbox.inside._rootfs import SANDBOX_GID, SANDBOX_UID
-from corral.sandbox.inside._runner import run_then_exit, worker_main
+from corral.sandbox.inside._runner import worker_main
 
 __all__ = ["main"]
 
@@ -42,6 +59,7 @@ _NAMESPACES = 0x10000000 | 0x20000000 | 0x00020000 | 0x40000000 | 0x08000000 | 0
 _KEPT_CAPABILITIES = (5, 6, 7)
 _PRIVATE_HOME = ("HOME", "MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
 _HANDSHAKE_TIMEOUT = 5.0  # seconds for a new child to say it is ready to be mapped
+_SPAWN_FDS = 3  # the worker's protocol socket, stdout and stderr
 
 
 def _preload(modules: list[str]) -> dict[str, str]:
@@ -77,10 +95,12 @@ class _Uids:
     def give_back(self, uid: int) -> None:
         self._free.append(uid)
 
-    def reaped(self, pid: int) -> None:
+    def reaped(self, pid: int) -> int | None:
+        """The uid ``pid`` had, now free again (None: it was none of our workers)."""
         uid = self._by_pid.pop(pid, None)
         if uid is not None:
             self._free.append(uid)
+        return uid
 
 
 def _map_ids(pid: int, uid: int) -> None:
@@ -120,27 +140,50 @@ def _become_sandbox_user(handshake: socket.socket) -> None:
     sc.set_dumpable(True)
 
 
-def _spawn(
-    message: dict[str, Any],
+@dataclass(slots=True)
+class _State:
+    """What every spawn uses: the control socket, the template root, the policy, the uids."""
+
+    ctl: socket.socket
+    layout: tuple[str, list[tuple[str, str]]]
+    """The template root and the runtime folders staged in it."""
+    bpf: bytes
+    uids: _Uids
+    cgroups: CgroupFolders | None = None
+
+
+def _spawn(request: Spawn, fds: list[int], state: _State) -> None:
+    ctl, uids, cgroups = state.ctl, state.uids, state.cgroups
+    with Descriptors(fds) as held:
+        uid = uids.take() if len(fds) == _SPAWN_FDS else None
+        if uid is None:
+            why = "every sandbox uid is in use" if fds else "a spawn takes three descriptors"
+            _send(ctl, SpawnRefused(id=request.id, error=why))
+            return
+        try:
+            pending = (
+                None
+                if cgroups is None
+                else cgroups.prepare(uid, request.cgroup, request.cgroup_group)
+            )
+        except OSError as exc:
+            uids.give_back(uid)
+            _send(ctl, SpawnRefused(id=request.id, error=f"cgroup: {exc}"))
+            return
+        _clone(request, fds, held, state, uid, pending)
+
+
+def _clone(
+    request: Spawn,
     fds: list[int],
-    ctl: socket.socket,
-    layout: tuple[str, list[tuple[str, str]]],
-    bpf: bytes,
-    uids: _Uids,
+    held: Descriptors,
+    state: _State,
+    uid: int,
+    pending: PendingCgroups | None,
 ) -> None:
     from corral.sandbox import _syscalls as sc
 
-    session = bool(message.get("session"))
-    static = {
-        key: int(message["static"][key])
-        for key in ("work_bytes", "pids", "file_bytes", "open_files")
-    }
-    uid = uids.take()
-    if uid is None:
-        for fd in fds:
-            os.close(fd)
-        _send(ctl, {"t": "refused", "id": message["id"], "error": "every sandbox uid is in use"})
-        return
+    ctl, uids, cgroups = state.ctl, state.uids, state.cgroups
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     # The worker's user namespace is owned by the effective uid that creates it, and the
     # kernel charges every process in it to that owner's RLIMIT_NPROC count in our namespace:
@@ -154,64 +197,85 @@ def _spawn(
     except OSError:
         os.setresuid(-1, zygote_uid, -1)
         uids.give_back(uid)
-        for fd in fds:
-            os.close(fd)
+        if pending is not None:
+            pending.close()
+        if cgroups is not None:
+            cgroups.remove(uid)
         ours.close()
         theirs.close()
         raise
     if pid == 0:
-
-        def child() -> None:
-            sc.set_pdeathsig(signal.SIGKILL)
-            signal.set_wakeup_fd(-1)
-            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            ours.close()
-            _become_sandbox_user(theirs)
-            null = os.open(f"{layout[0]}/dev/null", os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(fds[1], 1)
-            os.dup2(fds[2], 2)
-            os.dup2(fds[0], 3)
-            os.closerange(4, 1 << 20)
-            if session:
-                holder_main(
-                    template=layout[0],
-                    staged=layout[1],
-                    disk_bytes=int(message["disk_bytes"]),
-                    seccomp_bpf=bpf,
-                    static=static,
-                )
-            else:
-                worker_main(template=layout[0], staged=layout[1], seccomp_bpf=bpf, static=static)
-
-        run_then_exit("session holder" if session else "worker", child)
+        _worker_child(request, fds, ours, theirs, state.layout, state.bpf)
     uids.hold(pid, uid)
     theirs.close()
-    for fd in fds:
-        os.close(fd)
+    held.close()
     try:
+        if pending is not None:
+            # Before the child changes any credential: see inside/_cgroups.
+            pending.attach(pid)
         ours.settimeout(_HANDSHAKE_TIMEOUT)
         if ours.recv(1) != b"r":
             raise OSError("the new worker died before its ids were mapped")
         _map_ids(pid, uid)
     except OSError as exc:
         os.kill(pid, signal.SIGKILL)  # reaped like any worker; its uid comes back then
-        _send(ctl, {"t": "refused", "id": message["id"], "error": f"id map: {exc}"})
+        _send(ctl, SpawnRefused(id=request.id, error=f"worker set-up: {exc}"))
         return
     finally:
         os.setresuid(-1, zygote_uid, -1)
         ours.close()
     pidfd = os.pidfd_open(pid)
     try:
-        _send(ctl, {"t": "spawned", "id": message["id"], "pid": pid, "uid": uid}, [pidfd])
+        _send(ctl, Spawned(id=request.id, pid=pid, uid=uid), [pidfd])
     finally:
         os.close(pidfd)
 
 
-def _reap(uids: _Uids) -> None:
+def _worker_child(
+    request: Spawn,
+    fds: list[int],
+    ours: socket.socket,
+    theirs: socket.socket,
+    layout: tuple[str, list[tuple[str, str]]],
+    bpf: bytes,
+) -> NoReturn:
+    from corral.sandbox import _syscalls as sc
+
+    session = request.session_disk_bytes is not None
+
+    def child() -> None:
+        sc.set_pdeathsig(signal.SIGKILL)
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        ours.close()
+        _become_sandbox_user(theirs)
+        null = os.open(f"{layout[0]}/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(fds[1], 1)
+        os.dup2(fds[2], 2)
+        os.dup2(fds[0], 3)
+        os.closerange(4, 1 << 20)
+        if request.session_disk_bytes is not None:
+            holder_main(
+                template=layout[0],
+                staged=layout[1],
+                disk_bytes=request.session_disk_bytes,
+                seccomp_bpf=bpf,
+                static=request.static,
+            )
+        else:
+            worker_main(
+                template=layout[0], staged=layout[1], seccomp_bpf=bpf, static=request.static
+            )
+
+    run_then_exit("session holder" if session else "worker", child)
+
+
+def _reap(state: _State) -> None:
     # Workers report their own resource use; the zygote only reaps (the engine kills by pidfd).
+    cgroups = state.cgroups
     while True:
         try:
             pid, _status = os.waitpid(-1, os.WNOHANG)
@@ -219,7 +283,17 @@ def _reap(uids: _Uids) -> None:
             return
         if pid == 0:
             return
-        uids.reaped(pid)
+        uid = state.uids.reaped(pid)
+        if uid is not None and cgroups is not None:
+            kills, count = cgroups.oom_kills(uid)
+            if kills:  # before the cgroup goes: the engine may not have read it yet
+                _send(state.ctl, OutOfMemory(pid=pid, kills=count))
+            cgroups.remove(uid)  # the worker was init of its namespace: its cgroup is empty
+
+
+def _usable(message: UseCgroups, fds: list[int], state: _State) -> bool:
+    """A first ``UseCgroups`` with one folder per hierarchy (a later one is refused)."""
+    return state.cgroups is None and len(fds) == len(message.hierarchies)
 
 
 def _drop_privileges(uid: int) -> None:
@@ -230,13 +304,13 @@ def _drop_privileges(uid: int) -> None:
     sc.set_dumpable(False)  # setuid did this already; said again, since it is the point
 
 
-def _configure(ctl: socket.socket) -> dict[str, Any]:
-    message, fds = _recv(ctl)
-    for fd in fds:
-        os.close(fd)
-    if message is None or message.get("t") != "config":
+def _configure(ctl: socket.socket) -> ZygoteConfig:
+    packet, fds = _recv(ctl)
+    Descriptors(fds).close()
+    config = None if packet is None else decode(packet, ZygoteConfig)
+    if config is None:
         sys.exit(1)
-    return message
+    return config
 
 
 def main() -> None:
@@ -260,14 +334,14 @@ def main() -> None:
         # Whatever a preloaded library writes as root (matplotlib's font cache and config,
         # anything under ~ or the XDG folders) lands in our private folder, never in a
         # shared path such as /tmp/matplotlib or the sandbox's HOME on the host.
-        cache = str(config["cache_dir"])
-        private = dict.fromkeys(_PRIVATE_HOME, cache)
+        private = dict.fromkeys(_PRIVATE_HOME, config.cache_dir)
         os.environ.update(private)
-        modules = [str(m) for m in config["preload"] if m]
+        modules = [m for m in config.preload if m]
         versions = _preload(modules)
         for name in private:  # workers must not learn where the cache lives
             os.environ.pop(name, None)
         os.environ.update(SANDBOX_ENV)
+        use_template(config.files)
         from corral.sandbox.inside import _runner
         from corral.sandbox.inside._cell import install_display
         from corral.sandbox.inside._rootfs import build_template, enter_base, runtime_paths
@@ -275,22 +349,21 @@ def main() -> None:
 
         # A zygote that serves one run (the CLI's) loads no more than that run needs: IPython
         # on first use, no warm-up, whose pages only pay off when many workers share them.
-        prewarm = bool(config.get("prewarm", True))
+        prewarm = config.prewarm
         install_display(_runner.DISPLAY, load_now=prewarm)
         if prewarm:
             import corral.numeric  # noqa: F401 - importable inside the sandbox at no cost
-        bpf = load_policy_bpf(cache)
+        bpf = load_policy_bpf(config.cache_dir)
         sc.unshare(0x00020000)
-        data_dir = config.get("data_dir")
         template, staged = build_template(
-            runtime_paths(), data_dir=str(data_dir) if data_dir else None
+            runtime_paths(), data_dir=config.data_dir or None, files=config.files
         )
         layout = (enter_base(template), staged)
-        first, count = int(config["uids"][0]), int(config["uids"][1])
+        first, count = config.uids
         _drop_privileges(first)
         uids = _Uids(first + 1, count - 1)  # the first is the zygote's own
     except BaseException as exc:  # noqa: BLE001 - the engine turns this into IsolationError
-        _send(ctl, {"t": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        _send(ctl, StartFailed(error=f"{type(exc).__name__}: {exc}"))
         os._exit(1)
 
     if prewarm:
@@ -301,7 +374,8 @@ def main() -> None:
     signal.set_wakeup_fd(write_end)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     python = sys.version.split()[0]
-    _send(ctl, {"t": "hello", "pid": os.getpid(), "python": python, "versions": versions})
+    _send(ctl, Hello(pid=os.getpid(), python=python, versions=versions))
+    state = _State(ctl, layout, bpf, uids)
 
     selector = selectors.DefaultSelector()
     selector.register(ctl, selectors.EVENT_READ)
@@ -310,28 +384,35 @@ def main() -> None:
         for ready, _events in selector.select():
             if ready.fileobj is ctl:
                 try:
-                    message, fds = _recv(ctl)
+                    packet, fds = _recv(ctl)
                 except ConnectionResetError:
-                    message, fds = None, []
-                if message is None:
+                    packet, fds = None, []
+                if packet is None:
                     # The engine went away: so do we, at once (our workers die with us), without
                     # tearing down a heap of preloaded modules nobody will use again.
                     os._exit(0)
-                if message.get("t") == "spawn":
+                message = decode(packet, Spawn, UseCgroups, Sync)
+                if isinstance(message, Spawn):
                     try:
-                        _spawn(message, fds, ctl, layout, bpf, uids)
+                        _spawn(message, fds, state)
                     except (BrokenPipeError, ConnectionResetError):
                         os._exit(0)  # the engine closed us mid-spawn: nobody wants the worker
+                elif isinstance(message, Sync):
+                    _reap(state)  # a worker's exit not yet seen is reported first
+                    _send(ctl, Synced(n=message.n))
+                elif isinstance(message, UseCgroups) and _usable(message, fds, state):
+                    state.cgroups = CgroupFolders(
+                        message.hierarchies, fds, message.group_knobs, message.oom_events
+                    )
                 else:
-                    for fd in fds:
-                        os.close(fd)
+                    Descriptors(fds).close()
             else:
                 try:
                     while os.read(read_end, 512):
                         pass
                 except BlockingIOError:
                     pass
-                _reap(uids)
+                _reap(state)
 
 
 if __name__ == "__main__":
