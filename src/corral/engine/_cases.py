@@ -37,13 +37,13 @@ from corral.engine._feed import Feed
 from corral.engine._inputs import Input, RunEvent, RunEventSink
 from corral.engine._job import Job
 from corral.engine._result import Evidence, ExecutionResult
-from corral.engine._runs import Runs, stop_message
+from corral.engine._runs import RunOptions, Runs, stop_message
 from corral.engine._supply import stdlib_only
 from corral.errors import EngineClosed, WorkerError
 from corral.sandbox import CaseServer, Worker
 
 if TYPE_CHECKING:
-    from corral.engine._engine import Engine
+    from corral.engine._fresh import WorkerSource
 
 __all__ = ["STOP_GRACE", "Case", "Lane", "run_cases", "run_on_lane"]
 
@@ -65,8 +65,9 @@ class Case:
 class Lane:
     """The target of a lane's runs: its case server, one case at a time."""
 
-    def __init__(self, engine: Engine, code: str) -> None:
-        self._engine = engine
+    def __init__(self, workers: WorkerSource, runs: Runs, code: str) -> None:
+        self._workers = workers
+        self._runs = runs
         self._code = code
         self._server: CaseServer | None = None
         self._case: Worker | None = None
@@ -88,6 +89,9 @@ class Lane:
         if self._server is not None:
             await self._server.end_stop(STOP_GRACE)
 
+    holds_slot = True
+    """Each case is a fresh process of its server: a slot's worth of the host."""
+
     def serial(self) -> contextlib.AbstractAsyncContextManager[object]:
         return contextlib.nullcontext()
 
@@ -95,7 +99,7 @@ class Lane:
         return None
 
     async def _open(self, job: Job, evidence: Evidence) -> CaseServer | ExecutionResult:
-        worker = await self._engine._take_worker(job, evidence, lean=stdlib_only(self._code))
+        worker = await self._workers.take(job, evidence, lean=stdlib_only(self._code))
         if isinstance(worker, ExecutionResult):
             return worker
         server = CaseServer(worker, work_bytes=job.limits.work_bytes)
@@ -127,7 +131,7 @@ class Lane:
             server.retire()
             return job.stopped("worker_error", f"the case server failed: {exc}", evidence)
         # The request carries no code: the server compiled it, and evidence names it.
-        result = await self._engine._runs.execute_on(case, job, "", inputs, evidence)
+        result = await self._runs.execute_on(case, job, "", inputs, evidence)
         if result.outcome == "worker_error":
             ended = await server.stop(STOP_GRACE)
             if ended is not None and ended.timed_out:
@@ -176,23 +180,14 @@ async def run_on_lane(
 ) -> ExecutionResult:
     """One case on ``lane`` through the engine's one run path (its slot, deadline, result)."""
     await lane.settle()
-    return await runs.run(
-        lane,
-        code,
-        inputs=(),
-        limits=limits,
-        argv=None,
-        on_event=on_event,
-        on_output=None,
-        cancel=None,
-        tenant=tenant,
-        feed=feed,
-        queue_timeout=queue_timeout,
+    options = RunOptions(
+        limits=limits, on_event=on_event, tenant=tenant, feed=feed, queue_timeout=queue_timeout
     )
+    return await runs.run(lane, code, options)
 
 
 async def run_cases(
-    engine: Engine,
+    workers: WorkerSource,
     runs: Runs,
     code: str,
     cases: Sequence[Case],
@@ -202,7 +197,7 @@ async def run_cases(
     queue_timeout: float | None,
     tenant: str,
 ) -> list[ExecutionResult]:
-    """Run ``code`` once per case on at most ``engine.capacity`` lanes; results in case order.
+    """Run ``code`` once per case on at most capacity lanes; results in case order.
 
     Once a case finds no worker free in time (``busy``), no further case starts, and every
     case without a result gets that one.
@@ -215,9 +210,8 @@ async def run_cases(
     order: Iterator[int] = iter(range(len(cases)))
     taken = 0
     lanes = 0
-    most = max(1, min(engine.capacity, len(cases)))
-    busy: list[ExecutionResult] = []
-    closed: list[EngineClosed] = []
+    most = max(1, min(runs.scheduler.capacity, len(cases)))
+    stop = _Stop()
 
     def grow(event: RunEvent) -> None:
         """When a case gets its slot and another slot stands free with nobody waiting for it,
@@ -233,11 +227,11 @@ async def run_cases(
 
     async def lane() -> None:
         nonlocal taken
-        target = Lane(engine, code)
+        target = Lane(workers, runs, code)
         try:
             for index in order:
                 taken += 1
-                if busy or closed:
+                if stop.busy is not None or stop.closed is not None:
                     return
                 case = cases[index]
                 try:
@@ -252,17 +246,31 @@ async def run_cases(
                         on_event=grow,
                     )
                 except EngineClosed as exc:
-                    closed.append(exc)
+                    stop.closed = exc
                     return
                 results[index] = result
-                if result.outcome == "busy":
-                    busy.append(result)
+                if result.outcome == "busy" and stop.busy is None:
+                    stop.busy = result
         finally:
             target.close()
 
     async with anyio.create_task_group() as tg:
         lanes = 1
         tg.start_soon(lane)
-    if closed:
-        raise closed[0]
-    return [result if result is not None else busy[0] for result in results]
+    if stop.closed is not None:
+        raise stop.closed
+    return [result if result is not None else _given(stop.busy) for result in results]
+
+
+@dataclass(slots=True)
+class _Stop:
+    """Why a batch's lanes start no further case: a case found no worker in time (its
+    ``busy`` result is every unstarted case's), or the engine closed."""
+
+    busy: ExecutionResult | None = None
+    closed: EngineClosed | None = None
+
+
+def _given(result: ExecutionResult | None) -> ExecutionResult:
+    assert result is not None  # a case is left without a result only after a busy one
+    return result

@@ -13,7 +13,7 @@ import codecs
 import re
 from collections.abc import Callable
 
-__all__ = ["StreamFitter", "fit_channels", "marker", "render"]
+__all__ = ["STREAM_CUT", "StreamFitter", "fit_channels", "marker", "render"]
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _PARTIAL_ESCAPE_MAX = 64  # characters an unterminated escape may carry over between chunks
@@ -23,6 +23,10 @@ _ESCAPE_PREFIX = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?)?")
 
 def marker(omitted: int) -> str:
     return f"\n[... {omitted} characters omitted ...]\n"
+
+
+STREAM_CUT = "\n[... the rest of this output is not streamed: the result keeps its end ...]\n"
+"""What a live listener sees where the head is full and streaming stops."""
 
 
 class StreamFitter:
@@ -39,6 +43,7 @@ class StreamFitter:
         self._dropped = 0
         self._carry = ""
         self._last = "\n"
+        self._cut_said = False
         self.total = 0
 
     def feed(self, data: bytes) -> None:
@@ -59,6 +64,9 @@ class StreamFitter:
             self.total += count
             self._dropped += count
             self._head_cap = self._head_len
+            if self._on_head is not None and not self._cut_said:
+                self._cut_said = True
+                self._on_head(STREAM_CUT)
 
     def _text(self, text: str, final: bool = False) -> None:
         text = self._carry + text
@@ -81,6 +89,9 @@ class StreamFitter:
                 self._on_head(text[:room])
             self._head_len += min(room, len(text))
             text = text[room:]
+        if text and self._on_head is not None and not self._cut_said:
+            self._cut_said = True
+            self._on_head(STREAM_CUT)
         if text:
             combined = self._tail + text
             excess = len(combined) - self._tail_cap

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from corral._mime import TEXT_PLAIN
+
 __all__ = ["Input", "RunEvent", "RunEventSink"]
 
 _NAME_BYTES = 255  # a base name longer than this cannot be created on Linux
@@ -26,7 +28,7 @@ class Input:
     id: str
     text: bytes
     original: bytes | None = None
-    media_type: str = "text/plain"
+    media_type: str = TEXT_PLAIN
     text_sha256: str = field(default="")
     original_sha256: str | None = None
     name: str = ""

@@ -11,11 +11,13 @@ from typing import Any
 import anyio
 
 from corral._limits import Limits
+from corral._mime import TEXT_PLAIN
 from corral.engine._feed import NO_FEED, Feed
 from corral.engine._inputs import Input, RunEvent, RunEventSink
 from corral.engine._outcome import Capture, build_result
 from corral.engine._result import Evidence, ExecutionResult, Outcome
 from corral.engine._stream import OutputListener, OutputTap
+from corral.network import NO_NETWORK, SandboxNetwork
 from corral.sandbox import InputSpec, RunLimits, RunRequest, Worker
 
 __all__ = ["Job", "cancel_on", "request_for", "validate_request", "watch_cancel"]
@@ -131,8 +133,12 @@ class Job:
         on_output: OutputListener | None = None,
         *,
         argv: Sequence[str] | None = None,
+        tenant: str = "",
     ) -> None:
         self.started = started
+        self.tenant = tenant
+        self.counts_cpu = True
+        """Whether the run's CPU is added to its tenant's (a session counts its own whole)."""
         self.limits = limits
         self.capture = Capture(limits, None if on_output is None else OutputTap(on_output, limits))
         self._on_event = on_event
@@ -145,6 +151,8 @@ class Job:
         """A stopped session run whose interrupted code came back: its interpreter stays."""
         self.stop_reason = ""
         """Why the run was stopped, when the engine (not the caller) stopped it."""
+        self.network: SandboxNetwork = NO_NETWORK
+        """What a one-shot run may reach."""
         self.feed: Feed = NO_FEED
         self.cwd: str | None = None
         """A session run's working directory inside the sandbox (None: the session folder)."""
@@ -194,7 +202,7 @@ class Job:
             outcome=result.outcome,
             stdout_chars=len(result.stdout),
             stderr_chars=len(result.stderr),
-            result_chars=len(result.result.get("text/plain", "")) if result.result else 0,
+            result_chars=len(result.result.get(TEXT_PLAIN, "")) if result.result else 0,
             omitted_chars=sum(result.omitted.values()),
             display_count=len(result.display),
             file_count=len(result.files),

@@ -8,6 +8,7 @@ from functools import partial
 from typing import Any, Literal
 
 from corral._limits import Limits
+from corral._mime import TEXT_HTML, TEXT_PLAIN
 from corral.engine._fit import StreamFitter, fit_channels
 from corral.engine._result import ErrorInfo, ExecutionResult, FileInfo, MimeBundle, Omitted, Outcome
 from corral.engine._stream import OutputTap
@@ -114,11 +115,11 @@ def build_result(
     )
     result: MimeBundle | Literal[""] = ""
     if has_result:
-        result = {k: v for k, v in result_bundle.items() if k != "text/html"}
-        result["text/plain"] = fitted["result"][0]
-        html = result_bundle.get("text/html")
+        result = {k: v for k, v in result_bundle.items() if k != TEXT_HTML}
+        result[TEXT_PLAIN] = fitted["result"][0]
+        html = result_bundle.get(TEXT_HTML)
         if isinstance(html, str) and len(html) <= limits.output_chars:
-            result["text/html"] = html
+            result[TEXT_HTML] = html
     omitted = Omitted(
         stdout=fitted["stdout"][1], stderr=fitted["stderr"][1], result=fitted["result"][1]
     )

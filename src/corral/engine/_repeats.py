@@ -25,9 +25,10 @@ for a batch, instead of paying for a new interpreter state every time.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
-from collections import Counter, OrderedDict, deque
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -38,10 +39,11 @@ from corral._limits import Limits
 from corral.engine._cases import Case, Lane, run_on_lane
 from corral.engine._feed import Feed
 from corral.engine._result import ExecutionResult
-from corral.engine._runs import Runs
+from corral.engine._runs import RunOptions, Runs, Target
+from corral.engine._waiters import WaitQueue
 
 if TYPE_CHECKING:
-    from corral.engine._engine import Engine
+    from corral.engine._fresh import WorkerSource
 
 __all__ = ["IDLE_SECONDS", "REPEAT_WINDOW", "Repeats"]
 
@@ -57,34 +59,32 @@ _SERVERS_PER_SLOT = 2
 _Key = tuple[str, bytes]
 
 
-class _Waiter:
-    """A call waiting for one of its program's servers: handed one, or woken to make one."""
-
-    __slots__ = ("event", "lane")
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-        self.lane: Lane | None = None
-
-
 @dataclass(slots=True)
 class _Program:
     """One tenant's program: its case servers, idle ones last used first, and the calls
-    waiting for one, first come first served."""
+    waiting for one, first come first served: each is handed a server, or None to make one."""
 
     lanes: int = 0
     idle: list[tuple[Lane, float]] = field(default_factory=list)
-    waiters: deque[_Waiter] = field(default_factory=deque)
+    waiters: WaitQueue[Lane | None] = field(default_factory=WaitQueue)
 
 
 class Repeats:
     """Case servers kept for repeated programs, and the calls that use them."""
 
     def __init__(
-        self, engine: Engine, runs: Runs, *, clock: Callable[[], float] = time.monotonic
+        self,
+        workers: WorkerSource,
+        runs: Runs,
+        fresh: Target,
+        *,
+        capacity: int,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._engine = engine
+        self._workers = workers
         self._runs = runs
+        self._fresh = fresh
+        self._capacity = capacity
         self._clock = clock
         self._last_call: OrderedDict[_Key, float] = OrderedDict()
         self._programs: dict[_Key, _Program] = {}
@@ -105,7 +105,7 @@ class Repeats:
 
     def _room(self) -> bool:
         """Whether one more server may be made, closing the longest idle one if need be."""
-        most = _SERVERS_PER_SLOT * self._engine.capacity
+        most = _SERVERS_PER_SLOT * self._capacity
         if self._lanes < most:
             return True
         oldest: tuple[float, _Key] | None = None
@@ -127,7 +127,7 @@ class Repeats:
         repeated = self._repeated(key, self._clock())
         if key not in self._programs and not repeated:
             return None
-        waiter: _Waiter | None = None
+        woken = False
         while True:
             program = self._programs.setdefault(key, _Program())
             if program.idle:
@@ -136,43 +136,35 @@ class Repeats:
                     return lane
                 self._forget(program, key, lane, wake=False)  # this call makes the next one
                 continue
-            if program.lanes < self._engine.capacity and self._room():
+            if program.lanes < self._capacity and self._room():
                 program.lanes += 1
                 self._lanes += 1
-                return Lane(self._engine, code)
+                return Lane(self._workers, self._runs, code)
             if not program.lanes or not wait or not self._may_wait(key[0]):
                 if not program.lanes:
                     # No server of the program is left to free: those waiting run fresh too.
-                    while program.waiters:
-                        program.waiters.popleft().event.set()
+                    while program.waiters.grant(None):
+                        pass
                     self._settle(program, key)
                 return None
-            again = waiter is not None  # woken to make a server and beaten to it
-            waiter = _Waiter()
-            if again:
-                program.waiters.appendleft(waiter)  # it keeps its place in the line
-            else:
-                program.waiters.append(waiter)
             self._waiting[key[0]] += 1
             try:
-                await waiter.event.wait()
+                # Woken to make a server and beaten to it, a call keeps its place in line.
+                handed = await program.waiters.wait(
+                    functools.partial(self._pass_on, program, key), first=woken
+                )
             except BaseException:
-                if waiter.lane is not None:  # handed one as we gave up: on to the next
-                    self._give_back(key, waiter.lane, keep=True)
-                elif waiter.event.is_set():  # woken to make one: the next may instead
-                    self._wake_next(program, key)
-                else:
-                    program.waiters.remove(waiter)
-                    self._settle(program, key)
+                self._settle(program, key)
                 raise
             finally:
                 self._waiting[key[0]] -= 1
                 if not self._waiting[key[0]]:
                     del self._waiting[key[0]]
-            if waiter.lane is not None:
-                if waiter.lane.alive():
-                    return waiter.lane
-                self._forget(program, key, waiter.lane, wake=False)  # this call replaces it
+            woken = True
+            if handed is not None:
+                if handed.alive():
+                    return handed
+                self._forget(program, key, handed, wake=False)  # this call replaces it
             # Woken without one: a server of the program closed, so one may be made now.
 
     def _may_wait(self, tenant: str) -> bool:
@@ -192,9 +184,15 @@ class Repeats:
             self._settle(program, key)
 
     def _wake_next(self, program: _Program, key: _Key) -> None:
-        if program.waiters:
-            program.waiters.popleft().event.set()
+        program.waiters.grant(None)
         self._settle(program, key)
+
+    def _pass_on(self, program: _Program, key: _Key, lane: Lane | None) -> None:
+        """A call gave up as it was served: the next in line is served instead."""
+        if lane is not None:
+            self._give_back(key, lane, keep=True)
+        else:
+            self._wake_next(program, key)
 
     def _settle(self, program: _Program, key: _Key) -> None:
         """Forget a program with no server and nobody waiting for one."""
@@ -206,11 +204,7 @@ class Repeats:
         program = self._programs[key]
         if not (keep and self._runs.open):
             self._forget(program, key, lane)
-        elif program.waiters:
-            waiter = program.waiters.popleft()
-            waiter.lane = lane
-            waiter.event.set()
-        else:
+        elif not program.waiters.grant(lane):
             program.idle.append((lane, self._clock()))
 
     async def run(
@@ -237,14 +231,13 @@ class Repeats:
                 lane = await self._lane(key, code, wait=True)
             queue_timeout = max(0.0, queue_timeout - (anyio.current_time() - started))
         if lane is None:
-            return await self._engine.run(
-                code,
+            options = RunOptions(
                 limits=case.limits or limits,
-                stdin=case.stdin,
-                files=files,
-                queue_timeout=queue_timeout,
                 tenant=tenant,
+                feed=feed,
+                queue_timeout=queue_timeout,
             )
+            return await self._runs.run(self._fresh, code, options)
         keep = False
         try:
             result = await run_on_lane(

@@ -1,4 +1,4 @@
-"""The one result shape corral speaks everywhere (design.md §2)."""
+"""The one result shape corral speaks everywhere (docs/design.md §2)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
+from corral._mime import TEXT_PLAIN
 from corral.errors import FileNotReturned
 
 __all__ = [
     "FAILURE_OUTCOMES",
+    "CompileInfo",
     "ErrorInfo",
     "Evidence",
     "ExecutionResult",
@@ -99,7 +101,10 @@ class InputEvidence:
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
-    """What a result was computed from (seed 002 §12.16): code, runtime, inputs, limits."""
+    """What a result was computed from: code, runtime, inputs, limits.
+
+    What it is for: docs/code-interpreter.md §11.
+    """
 
     code_sha256: str
     runtime: str
@@ -114,6 +119,28 @@ class Evidence:
             "inputs": [i.as_dict() for i in self.inputs],
             "limits": dict(self.limits),
             "isolation": self.isolation,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CompileInfo:
+    """How a compiled language's compile went (SandboxFusion's ``compile_result``)."""
+
+    status: Literal["Finished", "TimeLimitExceeded", "Error"]
+    return_code: int | None
+    """The compiler's exit code (None unless ``Finished``)."""
+    execution_time: float
+    """Seconds the compile took (the one that made a cached artifact, for a cache hit)."""
+    stdout: str
+    stderr: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "execution_time": self.execution_time,
+            "return_code": self.return_code,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
         }
 
 
@@ -145,6 +172,8 @@ class ExecutionResult:
     """The code passed to ``sys.exit`` (0 for ``sys.exit()``), or None if it was not called."""
     evidence: Evidence | None = None
     file_contents: Mapping[str, bytes] = field(default_factory=dict, repr=False, compare=False)
+    compile: CompileInfo | None = None
+    """For a compiled language: its compile (a failed one means the program never ran)."""
 
     @property
     def status(self) -> Literal["SUCCESS", "FAILURE"]:
@@ -159,7 +188,7 @@ class ExecutionResult:
         """The ``text/plain`` form of the trailing expression's value, or None without one."""
         if not self.result:
             return None
-        plain = self.result.get("text/plain")
+        plain = self.result.get(TEXT_PLAIN)
         return plain if isinstance(plain, str) else None
 
     def read_file(self, path: str) -> bytes:
@@ -181,7 +210,7 @@ class ExecutionResult:
         raise FileNotReturned(f"{path!r} is not among this result's files (listed: {listed})")
 
     def as_dict(self) -> dict[str, Any]:
-        """The full JSON shape of design.md §2 (plus resource use)."""
+        """The full JSON shape of docs/design.md §2 (plus resource use)."""
         return {
             "status": self.status,
             "outcome": self.outcome,
@@ -200,6 +229,7 @@ class ExecutionResult:
             "cpu_ms": None if self.cpu_ms is None else round(self.cpu_ms, 3),
             "peak_rss_kb": self.peak_rss_kb,
             "evidence": self.evidence.as_dict() if self.evidence else None,
+            **({"compile": self.compile.as_dict()} if self.compile is not None else {}),
         }
 
     def as_dial(self) -> dict[str, Any]:

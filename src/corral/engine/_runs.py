@@ -15,6 +15,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
@@ -29,9 +30,10 @@ from corral.engine._result import Evidence, ExecutionResult, InputEvidence, Outc
 from corral.engine._scheduler import Scheduler
 from corral.engine._stream import OutputListener
 from corral.errors import Busy, EngineClosed, WorkerError
-from corral.sandbox import Worker, WorkerReport
+from corral.network import NO_NETWORK, SandboxNetwork
+from corral.sandbox import SandboxCgroup, Worker, WorkerReport
 
-__all__ = ["SHUTTING_DOWN", "Runs", "Target", "stop_message"]
+__all__ = ["SHUTTING_DOWN", "RunOptions", "Runs", "Target", "stop_message"]
 
 logger = logging.getLogger("corral.engine")
 
@@ -47,6 +49,12 @@ def stop_message(job: Job) -> tuple[Outcome, str]:
 
 class Target(Protocol):
     """Where a run executes: a fresh worker or a session's interpreter."""
+
+    @property
+    def holds_slot(self) -> bool:
+        """Whether its run takes one of the engine's capacity slots while it runs: a fresh
+        worker does; a session's interpreter, already running in a sandbox whose cgroup
+        shares the CPU with every other, does not (its runs may wait for I/O or sleep)."""
 
     def serial(self) -> contextlib.AbstractAsyncContextManager[object]:
         """Held before a capacity slot is taken (a session runs one thing at a time)."""
@@ -67,6 +75,30 @@ class Target(Protocol):
         """The result of a run its own deadline or an explicit cancel stopped."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    """What one run asks for besides its code: the run path's keywords, resolved once."""
+
+    limits: Limits
+    inputs: Sequence[Input] = ()
+    """Sources mounted read-only under ``/inputs`` (one-shot runs)."""
+    argv: Sequence[str] | None = None
+    on_event: RunEventSink | None = None
+    on_output: OutputListener | None = None
+    cancel: anyio.Event | None = None
+    tenant: str = ""
+    feed: Feed = NO_FEED
+    """stdin and working files, given to a fresh worker before the code starts."""
+    queue_timeout: float | None = None
+    """Seconds the run may wait for a slot; ``limits.timeout`` then starts once it has one."""
+    cwd: str | None = None
+    """A session run's working directory inside the sandbox."""
+    network: SandboxNetwork = NO_NETWORK
+    """What a one-shot run may reach (a session's is the session's own)."""
+    admit: bool = True
+    """False: run even while the engine drains (a pause's own cells at shutdown)."""
+
+
 class Runs:
     """The engine's run path: open state, scheduler, outcome counts, evidence, runs in flight."""
 
@@ -77,6 +109,8 @@ class Runs:
         self.draining = False
         """Set by ``Engine.drain``: runs in flight go on, new ones are refused."""
         self.outcomes: Counter[str] = Counter()
+        self.cpu_ns_by_tenant: Counter[str] = Counter()
+        """CPU time of finished one-shot runs and cases by tenant (sessions count their own)."""
         self.task_group: anyio.abc.TaskGroup | None = None
         """The engine's, for work that outlives one call (streamed runs)."""
         self.live: dict[Job, anyio.CancelScope] = {}
@@ -131,31 +165,15 @@ class Runs:
             elapsed_ms=(time.perf_counter() - started) * 1000.0,
         )
 
-    async def run(
-        self,
-        target: Target,
-        code: str,
-        *,
-        inputs: Sequence[Input],
-        limits: Limits,
-        argv: Sequence[str] | None,
-        on_event: RunEventSink | None,
-        on_output: OutputListener | None,
-        cancel: anyio.Event | None,
-        tenant: str,
-        feed: Feed = NO_FEED,
-        queue_timeout: float | None = None,
-        cwd: str | None = None,
-    ) -> ExecutionResult:
-        """Run ``code`` on ``target`` within ``limits``; every per-call failure is a result.
-
-        ``feed`` is given to a fresh worker before the code starts. With ``queue_timeout``
-        the run may wait that long for a slot, and ``limits.timeout`` starts once it has one.
+    async def run(self, target: Target, code: str, options: RunOptions) -> ExecutionResult:
+        """Run ``code`` on ``target`` as ``options`` say; every per-call failure is a result.
 
         Raises:
             EngineClosed: the engine is not running.
         """
-        self.check_open()
+        self.check_open(admit=options.admit)
+        inputs, limits, argv, feed = options.inputs, options.limits, options.argv, options.feed
+        queue_timeout, tenant = options.queue_timeout, options.tenant
         started = time.perf_counter()
         evidence = self.evidence(code, inputs, limits)
         problem = validate_request(code, inputs, limits, argv) or check_feed(
@@ -164,19 +182,24 @@ class Runs:
         if problem:
             self.outcomes["invalid_input"] += 1
             return self._refuse("invalid_input", problem, evidence, started)
-        job = Job(started, limits, on_event, on_output, argv=argv)
+        job = Job(started, limits, options.on_event, options.on_output, argv=argv, tenant=tenant)
         job.feed = feed
-        job.cwd = cwd
+        job.cwd = options.cwd
+        job.network = options.network
         budget = limits.timeout if queue_timeout is None else queue_timeout
         deadline = anyio.current_time() + budget
         result: ExecutionResult | None = None
         try:
             with anyio.CancelScope(deadline=deadline) as scope, self._tracked(job, scope):
-                async with watch_cancel(cancel, scope, job, target.closing()):
+                async with watch_cancel(options.cancel, scope, job, target.closing()):
                     try:
                         async with target.serial():
                             try:
-                                slot = self.scheduler.slot(on_queued=job.queued, tenant=tenant)
+                                slot = (
+                                    self.scheduler.slot(on_queued=job.queued, tenant=tenant)
+                                    if target.holds_slot
+                                    else self.scheduler.beside()
+                                )
                                 async with slot:
                                     job.admitted()
                                     if queue_timeout is not None:
@@ -228,23 +251,53 @@ class Runs:
                 await worker.write_inputs(files, uid=worker.outer_id, gid=worker.outer_id)
             except OSError as exc:
                 return job.stopped("invalid_input", f"the inputs do not fit: {exc}", evidence)
+        cgroup = worker.cgroup
+        if cgroup is not None:
+            try:
+                cgroup.fit(memory_bytes=job.limits.memory_bytes, pids=job.limits.pids)
+            except OSError as exc:
+                message = f"the sandbox's limits could not be set: {exc}"
+                return job.stopped("worker_error", message, evidence)
+            cgroup.begin_run()
         try:
             report: WorkerReport = await worker.execute(
                 request, job.capture.stdout, job.capture.stderr, job.executing, job.displayed
             )
         except WorkerError as exc:
             job.drain(worker)
+            if await self._out_of_memory(job, cgroup):
+                return job.stopped("memory_limit", _memory_message(job.limits), evidence)
             logger.warning("worker %s failed: %s", worker.pid, exc)
             return job.stopped("worker_error", f"the worker failed: {exc}", evidence)
+        killed = await self._out_of_memory(job, cgroup)
         try:
             result = build_result(
-                "ok",
+                "memory_limit" if killed else "ok",
                 job.capture,
                 job.limits,
                 report=report,
                 evidence=evidence,
+                message=_memory_message(job.limits) if killed else "",
                 **job.timing(),
             )
         except WorkerError as exc:
             return job.stopped("worker_error", f"the worker sent a bad report: {exc}", evidence)
         return result
+
+    async def _out_of_memory(self, job: Job, cgroup: SandboxCgroup | None) -> bool:
+        """Whether the kernel killed a process of the run's sandbox for memory during the
+        run; counts the run's CPU for its tenant on the way."""
+        if cgroup is None:
+            return False
+        kills, cpu_ns = await cgroup.end_run()
+        if job.counts_cpu:
+            self.cpu_ns_by_tenant[job.tenant] += cpu_ns
+        return kills > 0
+
+
+def _memory_message(limits: Limits) -> str:
+    mib = limits.memory_bytes / (1 << 20)
+    return (
+        f"the run went past its memory limit of {mib:g} MiB (all its processes and the "
+        "files it keeps in memory together): the kernel killed a process of it"
+    )

@@ -14,14 +14,12 @@ later; one granted at the moment it was cancelled hands its slot straight on.
 from __future__ import annotations
 
 import itertools
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-import anyio
-import anyio.lowlevel
-
+from corral.engine._waiters import WaitQueue
 from corral.errors import Busy
 
 __all__ = ["Scheduler", "SchedulerStatistics", "memory_available_bytes"]
@@ -50,16 +48,8 @@ class SchedulerStatistics:
     memory_waits: int
     tenants_waiting: int = 0
     max_queued_per_tenant: int = 0
-
-
-class _Waiter:
-    __slots__ = ("event", "granted", "seq", "tenant")
-
-    def __init__(self, tenant: str, seq: int) -> None:
-        self.event = anyio.Event()
-        self.granted = False
-        self.tenant = tenant
-        self.seq = seq
+    session_runs: int = 0
+    """Runs going in sessions with a cgroup of their own, which take no slot."""
 
 
 class Scheduler:
@@ -84,10 +74,11 @@ class Scheduler:
         self._min_free = min_free_memory
         self._probe = memory_probe
         self._running = 0
+        self._beside = 0
         self.on_running: Callable[[int], None] | None = None
         """Told the number of running jobs whenever it changes (the warm pool listens)."""
-        self._queues: dict[str, deque[_Waiter]] = {}
-        self._queued = 0
+        self._queues: dict[str, WaitQueue[None]] = {}
+        """Each waiting tenant's line; a tenant leaves when its line empties."""
         self._by_tenant: Counter[str] = Counter()
         self._last_grant: dict[str, int] = {}
         self._seq = itertools.count()
@@ -110,30 +101,23 @@ class Scheduler:
 
         def rank(tenant: str) -> tuple[int, int, int]:
             served = self._last_grant.get(tenant, -1)
-            return self._by_tenant[tenant], served, self._queues[tenant][0].seq
+            return self._by_tenant[tenant], served, self._queues[tenant].first_arrival
 
         return min(self._queues, key=rank)
 
     def _grant_waiting(self) -> None:
-        while self._queued and self._running < self.capacity and self._memory_ok():
+        while self._queues and self._running < self.capacity and self._memory_ok():
             tenant = self._next_tenant()
-            waiter = self._dequeue(tenant)
-            waiter.granted = True
+            self._queues[tenant].grant(None)
+            self._leave_if_empty(tenant)
             self._take(tenant)
-            waiter.event.set()
 
-    def _dequeue(self, tenant: str, waiter: _Waiter | None = None) -> _Waiter:
-        queue = self._queues[tenant]
-        if waiter is None:
-            waiter = queue.popleft()
-        else:
-            queue.remove(waiter)
-        if not queue:
+    def _leave_if_empty(self, tenant: str) -> None:
+        queue = self._queues.get(tenant)
+        if queue is not None and not queue:
             del self._queues[tenant]
             if tenant not in self._by_tenant:
                 self._last_grant.pop(tenant, None)
-        self._queued -= 1
-        return waiter
 
     def _take(self, tenant: str) -> None:
         self._last_grant[tenant] = next(self._seq)
@@ -173,30 +157,23 @@ class Scheduler:
             Busy: the queue already holds ``queue_size`` jobs, or ``tenant`` already has
                 ``max_queued_per_tenant`` waiting.
         """
-        if not self._queued and self._running < self.capacity and self._memory_ok():
+        if not self._queues and self._running < self.capacity and self._memory_ok():
             self._take(tenant)
         else:
-            if self._queued >= self.queue_size:
+            if self.waiting >= self.queue_size:
                 self._busy += 1
                 raise Busy(f"run queue full ({self.queue_size} waiting)")
             mine = self._queues.get(tenant)
             if mine is not None and len(mine) >= self.max_queued_per_tenant:
                 self._busy += 1
                 raise Busy(f"too many runs waiting for this caller ({len(mine)})")
-            waiter = _Waiter(tenant, next(self._seq))
-            self._queues.setdefault(tenant, deque()).append(waiter)
-            self._queued += 1
-            if on_queued is not None:
-                on_queued()
+            if mine is None:
+                mine = self._queues[tenant] = WaitQueue()
             try:
-                await waiter.event.wait()
-                # Granted and cancelled in the same tick: never enter the body.
-                await anyio.lowlevel.checkpoint_if_cancelled()
+                # Granted and cancelled in the same tick: the slot goes to the next in line.
+                await mine.wait(lambda _: self._release(tenant), on_joined=on_queued)
             except BaseException:
-                if waiter.granted:
-                    self._release(tenant)
-                else:
-                    self._dequeue(tenant, waiter)
+                self._leave_if_empty(tenant)
                 raise
         self._admitted += 1
         try:
@@ -204,9 +181,21 @@ class Scheduler:
         finally:
             self._release(tenant)
 
+    @asynccontextmanager
+    async def beside(self) -> AsyncIterator[None]:
+        """Count a run that takes no slot: a session's, whose cgroup shares the CPU by weight
+        with every other sandbox and whose memory is already held, so a run that sleeps or
+        waits for I/O keeps no one else from running."""
+        self._beside += 1
+        try:
+            yield
+        finally:
+            self._beside -= 1
+
     @property
     def waiting(self) -> int:
-        return self._queued
+        """Jobs waiting for a slot, of every tenant."""
+        return sum(map(len, self._queues.values()))
 
     def queued_for(self, tenant: str) -> int:
         """Jobs of ``tenant`` waiting for a slot."""
@@ -216,11 +205,12 @@ class Scheduler:
         return SchedulerStatistics(
             self.capacity,
             self._running,
-            self._queued,
+            self.waiting,
             self.queue_size,
             self._admitted,
             self._busy,
             self._memory_waits,
             len(self._queues),
             self.max_queued_per_tenant,
+            self._beside,
         )

@@ -21,6 +21,7 @@ import anyio
 import anyio.abc
 
 from corral._limits import Limits
+from corral.engine._fit import STREAM_CUT
 from corral.engine._result import ExecutionResult
 from corral.errors import EngineClosed
 
@@ -52,22 +53,37 @@ class OutputTap:
     dropped: a caller's callback never decides a run's outcome.
     """
 
-    __slots__ = ("_bytes_left", "_listener")
+    __slots__ = ("_bytes_left", "_cut", "_listener")
 
     def __init__(self, listener: OutputListener, limits: Limits) -> None:
         self._listener: OutputListener | None = listener
         self._bytes_left = limits.output_bytes
+        self._cut: set[str] = set()
+        """Channels whose listener was told that streaming stopped (``STREAM_CUT``)."""
 
     def text(self, kind: Literal["stdout", "stderr"], chunk: str) -> None:
-        if self._listener is None or self._bytes_left <= 0 or not chunk:
+        if self._listener is None or not chunk or kind in self._cut:
+            return
+        if chunk == STREAM_CUT or self._bytes_left <= 0:
+            self._say_cut(kind)
             return
         data = chunk.encode("utf-8", "backslashreplace")
-        if len(data) > self._bytes_left:
+        short = len(data) > self._bytes_left
+        if short:
             chunk = data[: self._bytes_left].decode("utf-8", "ignore")
             data = chunk.encode()
         self._bytes_left -= len(data)
         if chunk:
             self._deliver(OutputEvent(kind=kind, text=chunk))
+        if short:
+            self._say_cut(kind)
+
+    def _say_cut(self, kind: Literal["stdout", "stderr"]) -> None:
+        """Tell the listener, once per channel and outside the byte budget, where its
+        stream stops: the result keeps more (its tail) and marks the cut itself."""
+        self._cut.add(kind)
+        if self._listener is not None:
+            self._deliver(OutputEvent(kind=kind, text=STREAM_CUT))
 
     def display(self, bundle: Mapping[str, Any]) -> None:
         if self._listener is not None:

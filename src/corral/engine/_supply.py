@@ -12,7 +12,6 @@ import logging
 import os
 import stat
 from collections.abc import Sequence
-from typing import Any
 
 import anyio
 import anyio.abc
@@ -22,14 +21,22 @@ from corral._uids import UidRange
 from corral.engine._stdlib import stdlib_only
 from corral.engine._supervisor import Backoff
 from corral.errors import ConfigError, IsolationError, WorkerError
-from corral.sandbox import WarmPool, Worker, Zygote, doctor
+from corral.sandbox import (
+    CgroupTree,
+    SandboxBackend,
+    SandboxFiles,
+    StaticLimits,
+    WarmPool,
+    Worker,
+    ZygoteLike,
+)
 
 __all__ = ["WorkerSupply", "stdlib_only"]
 
 logger = logging.getLogger("corral.engine")
 
 
-async def _probe(zygote: Zygote) -> Worker:
+async def _probe(zygote: ZygoteLike) -> Worker:
     """Refuse to start unless one worker can be built: a host without user namespaces (say)
     must fail here, with a reason, rather than time out every run later. The worker is the
     pool's first."""
@@ -92,6 +99,7 @@ class WorkerSupply:
 
     def __init__(
         self,
+        backend: SandboxBackend,
         preload: Sequence[str],
         limits: Limits,
         pool_size: int,
@@ -100,13 +108,18 @@ class WorkerSupply:
         *,
         prewarm: bool = True,
     ) -> None:
+        self._backend = backend
         self.preload = tuple(preload)
+        self.files = SandboxFiles()
+        """What every sandbox's root adds to the host's files: the egress CA, the package index."""
+        self.cgroups: CgroupTree | None = None
+        """The engine's cgroup tree, when in force: every zygote gets a folder in it."""
         self._prewarm = prewarm
         self._uids = uids
         self._session_data_dir = session_data_dir
         self._limits = limits
         self._pool_size = pool_size
-        self.zygote: Zygote | None = None
+        self.zygote: ZygoteLike | None = None
         self.pool: WarmPool | None = None
         self.restarts = 0
         self.failure = ""
@@ -120,25 +133,28 @@ class WorkerSupply:
         limits = self._limits
         if self._session_data_dir is not None:
             await anyio.to_thread.run_sync(prepare_data_dir, self._session_data_dir)
-        static = {
-            "work_bytes": limits.work_bytes,
-            "pids": limits.pids,
-            "file_bytes": limits.file_bytes,
-            "open_files": limits.open_files,
-        }
-        # Options only when set: a stand-in zygote (tests' fake sandbox) need not know them.
-        options: dict[str, Any] = {}
-        if self._session_data_dir is not None:
-            options["data_dir"] = self._session_data_dir
-        if not self._prewarm:
-            options["prewarm"] = False
-        zygote = Zygote(preload=self.preload, uids=self._uids, static=static, **options)
+        static = StaticLimits(
+            work_bytes=limits.work_bytes,
+            pids=limits.pids,
+            file_bytes=limits.file_bytes,
+            open_files=limits.open_files,
+        )
+        zygote = self._backend.zygote(
+            preload=self.preload,
+            uids=self._uids,
+            static=static,
+            memory_bytes=limits.memory_bytes,
+            data_dir=self._session_data_dir,
+            prewarm=self._prewarm,
+            cgroups=self.cgroups,
+            files=self.files,
+        )
         try:
             await zygote.start(task_group)
             probe = await _probe(zygote)
         except IsolationError as exc:
             await zygote.aclose()
-            problems = "; ".join((await anyio.to_thread.run_sync(doctor)).problems)
+            problems = "; ".join((await anyio.to_thread.run_sync(self._backend.doctor)).problems)
             if not problems:
                 raise
             raise IsolationError(f"{exc}. corral doctor: {problems}") from exc
