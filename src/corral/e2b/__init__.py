@@ -5,7 +5,7 @@
 ``process.Process``) and the code interpreter (``/execute``, ``/contexts``), routed by the
 ``E2b-Sandbox-Id``/``E2b-Sandbox-Port`` headers or a ``<port>-<id>.<domain>`` host name. An
 E2B sandbox is a corral session owned by the key that created it. Specified by
-``specs/e2b-api.md``; the SDK itself is the contract.
+``docs/e2b.md``; the SDK itself is the contract.
 
 Above: ``corral.http``, which mounts it in gateway mode. Below: ``corral.engine``.
 """

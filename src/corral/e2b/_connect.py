@@ -19,6 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from corral._digits import ascii_int
+
 __all__ = [
     "ConnectError",
     "ConnectStream",
@@ -32,6 +34,7 @@ __all__ = [
 
 _MAX_MESSAGE = 1024 * 1024  # bytes; envd's requests are small JSON
 _END_STREAM = 0x02
+_TIMEOUT_DIGITS = 10  # Connect bounds Connect-Timeout-Ms to 10 digits
 _HEADER = struct.Struct(">BI")
 
 # Connect code -> HTTP status (connectrpc.com/docs/protocol#error-codes).
@@ -203,8 +206,18 @@ class ConnectStream(Response):
 
 
 def deadline_of(request: Request) -> float | None:
-    """Seconds from ``Connect-Timeout-Ms``, or None without one."""
-    value = request.headers.get("connect-timeout-ms", "")
-    if not value.isdigit() or len(value) > 10:
+    """Seconds from ``Connect-Timeout-Ms``, or None without one.
+
+    Raises:
+        ConnectError: ``invalid_argument``, the header is not 1 to 10 ASCII digits (as Connect
+            defines it).
+    """
+    text = request.headers.get("connect-timeout-ms")
+    if text is None:
         return None
-    return int(value) / 1000.0
+    value = ascii_int(text, max_digits=_TIMEOUT_DIGITS)
+    if value is None:
+        raise ConnectError(
+            "invalid_argument", f"Connect-Timeout-Ms must be 1 to {_TIMEOUT_DIGITS} ASCII digits"
+        )
+    return value / 1000.0

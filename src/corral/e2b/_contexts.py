@@ -17,12 +17,19 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from corral.e2b._magics import SHELL_SOURCE
-
-__all__ = ["DEFAULT_CONTEXT", "HOME", "Context", "Contexts"]
+__all__ = ["DEFAULT_CONTEXT", "HOME", "SANDBOX_USER", "Context", "Contexts"]
 
 HOME = "/home/user"
+SANDBOX_USER = "user"
+"""The one user of an E2B sandbox (uid 1000 inside): envd's default, never root."""
 DEFAULT_CONTEXT = "default"
+_E2B_ENV = {
+    "HOME": HOME,
+    "USER": SANDBOX_USER,
+    # plotly's fig.show() as E2B's kernel gives it: the figure's JSON and its HTML.
+    "PLOTLY_RENDERER": "plotly_mimetype+notebook_connected",
+}
+"""What every E2B sandbox's interpreter has in its environment, as on E2B."""
 _MAX_CONTEXTS = 16
 
 _HELPER = """
@@ -33,6 +40,9 @@ current = "default"
 temporary = {}
 def enter(target, cwd, env, run_env, reset):
     global current
+    if env is not None:  # a fresh interpreter: E2B's charts beside each figure's PNG
+        from corral.sandbox.inside import _charts, _runner
+        _charts.install(_runner.DISPLAY)
     main = sys.modules["__main__"].__dict__
     for key, old in temporary.items():
         if old is None:
@@ -74,9 +84,10 @@ class Context:
 class Contexts:
     """A sandbox's contexts, and what its interpreter must be told before the next run."""
 
-    def __init__(self, env_vars: Mapping[str, str]) -> None:
+    def __init__(self, env_vars: Mapping[str, str], cwd: str = HOME) -> None:
+        """``cwd``: the default context's folder (a template's working folder)."""
         self._env_vars = dict(env_vars)
-        self._by_id = {DEFAULT_CONTEXT: Context(DEFAULT_CONTEXT, HOME)}
+        self._by_id = {DEFAULT_CONTEXT: Context(DEFAULT_CONTEXT, cwd)}
         self._fresh = True  # the interpreter has not been prepared yet
         self._current = DEFAULT_CONTEXT
         self._temporary = False  # the last run set env_vars that must be undone
@@ -125,7 +136,7 @@ class Contexts:
             "import sys as _s, types as _t\n"
             "if '__corral_e2b__' not in _s.modules:\n"
             "    _m = _t.ModuleType('__corral_e2b__')\n"
-            f"    exec({_HELPER + SHELL_SOURCE!r}, _m.__dict__)\n"
+            f"    exec({_HELPER!r}, _m.__dict__)\n"
             "    _s.modules['__corral_e2b__'] = _m\n"
             "    del _m\n"
             "del _s, _t\n"
@@ -133,7 +144,8 @@ class Contexts:
         args = [
             context.id,
             context.cwd,
-            self._env_vars if self._fresh else None,
+            # As on E2B: code and commands alike see /home/user as their home.
+            {**_E2B_ENV, **self._env_vars} if self._fresh else None,
             dict(run_env),
             sorted(self._reset),
         ]

@@ -17,8 +17,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from corral.e2b._sandboxes import MAX_TIMEOUT, Sandbox, TooManySandboxes
-from corral.e2b._service import ENVD_VERSION, fail, json_response, read_body, service_of
+from corral.e2b._contexts import HOME
+from corral.e2b._lifecycle import Lifecycle
+from corral.e2b._network import NetworkOptions, NetworkUpdate, network_info, sandbox_network
+from corral.e2b._pausing import info_extra, is_snapshot_id, pause_routes, resume_for
+from corral.e2b._ports import port_fields, sandbox_domain
+from corral.e2b._sandboxes import (
+    MAX_TIMEOUT,
+    SANDBOX_CPUS,
+    Sandbox,
+    TooManySandboxes,
+)
+from corral.e2b._service import ENVD_VERSION, E2BService, fail, json_response, read_body, service_of
+from corral.e2b._templates import builds_of
+from corral.errors import NetworkUnavailable, SnapshotError, SnapshotNotFound
 
 __all__ = ["DEFAULT_TEMPLATES", "routes"]
 
@@ -29,7 +41,6 @@ _DEFAULT_TIMEOUT = 300  # seconds, E2B's default lifetime
 _MAX_METADATA = 64  # entries in metadata or envVars
 _MAX_TEXT = 4096  # characters of one key or value
 _CLIENT_ID = "corral"
-_CPU_COUNT = 1
 _BODY_BYTES = 1024 * 1024
 
 
@@ -50,7 +61,12 @@ class NewSandbox(BaseModel):
     metadata: dict[str, str] | None = None
     envVars: dict[str, str] | None = None
     allow_internet_access: bool | None = None
+    network: NetworkOptions | None = None
+    iam: dict[str, Any] | None = None
     autoPause: bool | None = None
+    autoPauseMemory: bool | None = None
+    autoResume: bool | dict[str, Any] | None = None
+    """``{"enabled": bool}`` (the SDK sends this form), or a bare bool."""
 
 
 class Timeout(BaseModel):
@@ -88,28 +104,44 @@ def _listed(sandbox: Sandbox) -> dict[str, Any]:
         "startedAt": _time(sandbox.started_at),
         "endAt": _time(sandbox.end_at),
         "envdVersion": ENVD_VERSION,
-        "cpuCount": _CPU_COUNT,
+        "cpuCount": SANDBOX_CPUS,
         "memoryMB": limits.memory_bytes // (1024 * 1024),
         "diskSizeMB": limits.work_bytes // (1024 * 1024),
-        "state": "running",
+        "state": "running" if sandbox.session.paused is None else "paused",
         "metadata": sandbox.metadata,
     }
+
+
+def template_for(service: E2BService, owner: str, template_id: str) -> tuple[str, str]:
+    """The corral template ``Sandbox.create(template=...)`` names ("" for E2B's defaults,
+    which are corral's default runtime) and where its code starts; 404 naming it when the
+    key may use none such."""
+    if template_id in DEFAULT_TEMPLATES:
+        return "", HOME
+    name = template_id.partition(":")[0]
+    builds = builds_of(service)
+    found = None if builds is None else builds.store.find(name)
+    if found is None or not found.usable_by(owner):
+        fail(404, f"template '{template_id}' not found: build it with Template.build or "
+                  f"corral template build, or use '{DEFAULT_TEMPLATES[0]}'")  # fmt: skip
+    return name, f"{HOME}/{found.workdir}" if found.workdir else HOME
 
 
 async def create(request: Request) -> Response:
     service = service_of(request)
     owner = service.owner(request)
     body = await read_body(request, NewSandbox, max_bytes=_BODY_BYTES)
-    if body.templateID not in DEFAULT_TEMPLATES:
-        fail(
-            404,
-            f"template '{body.templateID}' not found: corral serves one sandbox, "
-            f"template '{DEFAULT_TEMPLATES[0]}'",
-        )
-    # allow_internet_access is accepted and has no effect (older SDKs send true by default):
-    # corral's sandboxes never have a network; get_info says so.
-    if body.autoPause:
-        fail(400, "corral sandboxes cannot be paused: autoPause is not offered")
+    snapshot = body.templateID if is_snapshot_id(body.templateID) else None
+    corral_template, cwd = ("", HOME) if snapshot else template_for(service, owner, body.templateID)
+    network = sandbox_network(
+        service.network,
+        may_network=service.keys.may_network(owner),
+        allow_internet_access=body.allow_internet_access,
+        options=body.network,
+    )
+    if body.iam:
+        fail(400, "iam is not served by corral: it has no workload identity to lend a sandbox")
+    lifecycle = Lifecycle.parse(body.autoPause, body.autoPauseMemory, body.autoResume)
     try:
         sandbox = await service.sandboxes.create(
             owner,
@@ -117,10 +149,28 @@ async def create(request: Request) -> Response:
             lifetime=body.timeout,
             metadata=_texts(body.metadata or {}, "metadata"),
             env_vars=_texts(body.envVars or {}, "envVars"),
+            network=network,
+            corral_template=corral_template,
+            cwd=cwd,
+            lifecycle=lifecycle,
+            snapshot=snapshot,
+            public=body.network is not None and bool(body.network.allowPublicTraffic),
         )
     except TooManySandboxes as exc:
         fail(429, str(exc))
-    return json_response(_created(sandbox), 201)
+    except SnapshotNotFound:
+        fail(404, f"template '{body.templateID}' not found")
+    except SnapshotError as exc:
+        fail(409, str(exc))
+    except NetworkUnavailable as exc:
+        fail(503, str(exc))
+    return json_response({**_created(sandbox), **_port_fields(request, sandbox)}, 201)
+
+
+def _port_fields(request: Request, sandbox: Sandbox) -> dict[str, str]:
+    service = service_of(request)
+    domain = sandbox_domain(service.domain, request.headers.get("host"))
+    return port_fields(sandbox.ports, domain)
 
 
 async def _owned(request: Request) -> Sandbox:
@@ -150,18 +200,54 @@ async def set_timeout(request: Request) -> Response:
 async def connect(request: Request) -> Response:
     sandbox = await _owned(request)
     body = await read_body(request, ConnectBody, max_bytes=_BODY_BYTES)
+    if sandbox.session.paused is not None:  # E2B's connect resumes a paused sandbox
+        await resume_for(sandbox, body.timeout)
+        return json_response(_created(sandbox), 201)
     if body.timeout is not None:
         # E2B's connect only ever extends a running sandbox's life.
         sandbox.live_until(max(sandbox.end_at, time.time() + body.timeout))
-    return json_response(_created(sandbox), 200)
+    return json_response({**_created(sandbox), **_port_fields(request, sandbox)}, 200)
+
+
+async def resume(request: Request) -> Response:
+    """The deprecated ``POST /sandboxes/{id}/resume`` (``connect`` is the SDK's way now)."""
+    sandbox = await _owned(request)
+    body = await read_body(request, ConnectBody, max_bytes=_BODY_BYTES)
+    if sandbox.session.paused is None:
+        fail(409, f"sandbox '{sandbox.id}' is already running")
+    await resume_for(sandbox, body.timeout)
+    return json_response(_created(sandbox), 201)
 
 
 async def info(request: Request) -> Response:
     sandbox = await _owned(request)
     detail = _listed(sandbox)
     detail["envdAccessToken"] = sandbox.access_token
-    detail["allowInternetAccess"] = False
+    policy = sandbox.session.network
+    detail["allowInternetAccess"] = policy.enabled
+    if policy.enabled:
+        detail["network"] = network_info(policy)
+    detail.update(info_extra(sandbox))
     return json_response(detail)
+
+
+async def update_network(request: Request) -> Response:
+    """E2B's ``update_network``: every egress rule replaced at once, new connections judged
+    by the new ones."""
+    service = service_of(request)
+    sandbox = await _owned(request)
+    body = await read_body(request, NetworkUpdate, max_bytes=_BODY_BYTES)
+    policy = sandbox_network(
+        service.network,
+        may_network=service.keys.may_network(sandbox.owner),
+        allow_internet_access=body.allow_internet_access,
+        options=body,
+    )
+    try:
+        await sandbox.session.update_network(policy)
+    except NetworkUnavailable as exc:
+        fail(503, str(exc))
+    return Response(status_code=204)
 
 
 async def listing(request: Request) -> Response:
@@ -175,8 +261,8 @@ async def listing(request: Request) -> Response:
         for s in sorted(service.sandboxes.of_owner(owner), key=lambda s: s.started_at)
         if all(s.metadata.get(k) == v for k, v in wanted.items())
     ]
-    if states is not None and "running" not in states.split(","):
-        found = []  # corral's sandboxes are never paused
+    if states is not None:
+        found = [s for s in found if s["state"] in states.split(",")]
     return json_response(found)
 
 
@@ -188,7 +274,30 @@ def _metadata_filter(query: str | None) -> dict[str, str]:
 
 async def unsupported(request: Request) -> Response:
     service_of(request).owner(request)
-    fail(400, "corral sandboxes cannot be paused, resumed, forked or snapshotted")
+    fail(400, "corral sandboxes cannot be forked: snapshot one and create from the snapshot")
+
+
+def _seconds(request: Request, name: str) -> float | None:
+    value = request.query_params.get(name)
+    if value is None:
+        return None
+    if not value.isascii() or not value.isdigit() or len(value) > 12:
+        fail(400, f"{name} must be a Unix time in seconds")
+    return float(value)
+
+
+async def metrics(request: Request) -> Response:
+    """``GET /sandboxes/{id}/metrics``: the owner's sandbox's samples (``_metrics``)."""
+    sandbox = await _owned(request)
+    start, end = _seconds(request, "start"), _seconds(request, "end")
+    await sandbox.metrics.sample()
+    kept = [
+        s
+        for s in sandbox.metrics.samples
+        if (start is None or s.at >= start) and (end is None or s.at <= end + 1)
+    ]
+    total = sandbox.session.limits.memory_bytes
+    return json_response([sandbox.metrics.as_e2b(s, total) for s in kept])
 
 
 routes = [
@@ -200,9 +309,10 @@ routes = [
     Route("/sandboxes/{sandbox_id}", kill, methods=["DELETE"]),
     Route("/sandboxes/{sandbox_id}/timeout", set_timeout, methods=["POST"]),
     Route("/sandboxes/{sandbox_id}/connect", connect, methods=["POST"]),
+    Route("/sandboxes/{sandbox_id}/network", update_network, methods=["PUT"]),
+    Route("/sandboxes/{sandbox_id}/metrics", metrics, methods=["GET"]),
     Route("/v2/sandboxes/{sandbox_id}/connect", connect, methods=["POST"]),
-    Route("/sandboxes/{sandbox_id}/pause", unsupported, methods=["POST"]),
-    Route("/sandboxes/{sandbox_id}/resume", unsupported, methods=["POST"]),
+    *pause_routes,
+    Route("/sandboxes/{sandbox_id}/resume", resume, methods=["POST"]),
     Route("/sandboxes/{sandbox_id}/fork", unsupported, methods=["POST"]),
-    Route("/sandboxes/{sandbox_id}/snapshots", unsupported, methods=["POST"]),
 ]

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from corral._mime import E2B_CHART, MIME_SHORT_NAMES
 from corral.engine import ExecutionResult
 
 __all__ = [
@@ -17,20 +18,6 @@ __all__ = [
     "output_event",
     "result_event",
 ]
-
-# MIME type -> the field of E2B's result event that carries it.
-_FIELDS = {
-    "text/plain": "text",
-    "text/html": "html",
-    "text/markdown": "markdown",
-    "image/svg+xml": "svg",
-    "image/png": "png",
-    "image/jpeg": "jpeg",
-    "application/pdf": "pdf",
-    "text/latex": "latex",
-    "application/json": "json",
-    "application/javascript": "javascript",
-}
 
 
 def _line(event: Mapping[str, Any]) -> bytes:
@@ -49,7 +36,7 @@ def result_event(bundle: Mapping[str, Any], *, main: bool) -> bytes:
     event: dict[str, Any] = {"type": "result", "is_main_result": main}
     extra: dict[str, Any] = {}
     for mime, value in bundle.items():
-        field = _FIELDS.get(mime)
+        field = "chart" if mime == E2B_CHART else MIME_SHORT_NAMES.get(mime)
         if field is not None:
             event[field] = value
         else:

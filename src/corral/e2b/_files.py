@@ -18,9 +18,12 @@ from starlette.routing import Route
 from starlette.types import Message
 
 from corral import _fs
+from corral._digits import ascii_int
 from corral.e2b._paths import OutsideHome, e2b_path, session_path
+from corral.e2b._sandboxes import Sandbox
 from corral.e2b._service import fail, json_response, service_of
-from corral.errors import FileTooLarge, InvalidPath, SessionClosed, SessionDiskFull
+from corral.e2b._signed import Operation, is_signed, signed_sandbox
+from corral.errors import AccessDenied, FileTooLarge, InvalidPath, SessionClosed, SessionDiskFull
 
 __all__ = ["routes"]
 
@@ -29,12 +32,24 @@ _OCTETS = "application/octet-stream"
 _MAX_PARTS = 64  # files in one multipart upload
 _UPLOAD_CHUNK = 1024 * 1024  # bytes read from a spooled multipart file at a time
 _FORM_OVERHEAD = 1024 * 1024  # bytes of multipart framing allowed beyond the disk quota
+_LENGTH_DIGITS = 20  # a Content-Length longer than this is no size a disk holds
 
 
-def _sandbox_id(request: Request) -> str:
-    value = request.scope["corral.e2b.sandbox"]
-    assert isinstance(value, str)
-    return value
+def _sandbox(request: Request, operation: Operation) -> Sandbox:
+    """The sandbox a request names and proves with its access token, or the one whose token
+    signed its URL (``_signed``)."""
+    service = service_of(request)
+    named = request.scope.get("corral.e2b.sandbox")
+    if is_signed(request):
+        if named is None:
+            return signed_sandbox(request, operation, service.sandboxes.alive())
+        found = service.sandboxes.find(named)
+        if found is None:
+            fail(502, f"The sandbox {named} was not found")
+        return signed_sandbox(request, operation, [found])
+    if named is None:
+        fail(401, "a files URL needs the sandbox's access token or a signature")
+    return service.sandbox_for_envd(request, named)
 
 
 def _rel(path: str | None) -> str:
@@ -50,18 +65,21 @@ def _rel(path: str | None) -> str:
 
 
 async def health(request: Request) -> Response:
-    service_of(request).sandbox_for_envd(request, _sandbox_id(request))
+    named = request.scope.get("corral.e2b.sandbox")
+    if named is None:
+        fail(404, "/health: name the sandbox")
+    service_of(request).sandbox_for_envd(request, named)
     return Response(status_code=204)
 
 
 async def download(request: Request) -> Response:
-    sandbox = service_of(request).sandbox_for_envd(request, _sandbox_id(request))
+    sandbox = _sandbox(request, "read")
     path = request.query_params.get("path")
     rel = _rel(path)
     try:
         # Streamed from an open descriptor: never the whole file in the server's memory.
         fd, size = await sandbox.session.open_file(rel)
-    except FileNotFoundError:
+    except (FileNotFoundError, AccessDenied):
         fail(404, f"path '{path}' does not exist or is not a file")
     except InvalidPath as exc:
         fail(400, str(exc))
@@ -102,8 +120,7 @@ async def _spooled(upload: UploadFile) -> AsyncIterator[bytes]:
 
 
 async def upload(request: Request) -> Response:
-    service = service_of(request)
-    sandbox = service.sandbox_for_envd(request, _sandbox_id(request))
+    sandbox = _sandbox(request, "write")
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     query_path = request.query_params.get("path")
     written: list[dict[str, str]] = []
@@ -116,8 +133,8 @@ async def upload(request: Request) -> Response:
             written.append(_written(rel))
         elif media == "multipart/form-data":
             limit = sandbox.session.files.quota_bytes + _FORM_OVERHEAD
-            length = request.headers.get("content-length", "")
-            if length.isdigit() and int(length) > limit:
+            length = ascii_int(request.headers.get("content-length", ""), max_digits=_LENGTH_DIGITS)
+            if length is not None and length > limit:
                 fail(507, "the upload is larger than the sandbox's disk quota")
             bounded = _bounded(request, limit)
             form = await bounded.form(max_files=_MAX_PARTS, max_fields=_MAX_PARTS)
@@ -137,6 +154,8 @@ async def upload(request: Request) -> Response:
         fail(507, str(exc))
     except InvalidPath as exc:
         fail(400, str(exc))
+    except AccessDenied as exc:  # the code took the permission away (chmod 0)
+        fail(403, str(exc))
     except SessionClosed:
         fail(502, f"The sandbox {sandbox.id} was not found")
     return json_response(written)

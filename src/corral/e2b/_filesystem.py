@@ -2,7 +2,7 @@
 
 Everything goes through the session file API, so its guarantees hold: confined beneath the
 session's folder, done as the sandbox's user, no link followed (a link is reported as a link,
-never entered), the disk quota kept. Watchers are not served (``unimplemented``).
+never entered), the disk quota kept. Watchers run inside the sandbox (``_watch``).
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from corral.e2b import _watch
 from corral.e2b._connect import ConnectError, read_message, unary
 from corral.e2b._paths import OutsideHome, e2b_path, session_path
 from corral.e2b._sandboxes import Sandbox
 from corral.e2b._service import service_of
-from corral.errors import InvalidPath, SessionClosed, SessionDiskFull
+from corral.errors import AccessDenied, InvalidPath, SessionClosed, SessionDiskFull
 
 __all__ = ["routes"]
 
@@ -83,6 +84,8 @@ async def _call(request: Request, method: str) -> Response:
         return ConnectError("invalid_argument", "not a directory").response()
     except InvalidPath as exc:
         return ConnectError("invalid_argument", str(exc)).response()
+    except AccessDenied as exc:  # the code took the permission away (chmod 0)
+        return ConnectError("permission_denied", str(exc)).response()
     except SessionDiskFull as exc:
         return ConnectError("resource_exhausted", str(exc)).response()
     except SessionClosed:
@@ -134,11 +137,14 @@ _METHODS = {
     "MakeDir": _make_dir,
     "Move": _move,
     "Remove": _remove,
+    **_watch.METHODS,
 }
 
 
 async def dispatch(request: Request) -> Response:
     method = request.path_params["method"]
+    if method == "WatchDir":
+        return await _watch.watch_dir(request, await _sandbox(request))
     if method not in _METHODS:
         await _sandbox(request)
         return ConnectError(

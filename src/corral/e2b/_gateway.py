@@ -12,11 +12,13 @@ import re
 from collections.abc import Sequence
 
 from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import BaseRoute, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from corral.e2b import _control, _files, _filesystem, _interpreter, _process
+from corral._digits import ascii_int
+from corral.e2b import _control, _files, _filesystem, _interpreter, _process, _templates
+from corral.e2b._pausing import EXTRA_PATHS
+from corral.e2b._ports import refuse
 from corral.e2b._service import SCOPE_KEY, E2BError, E2BService, error_response
 from corral.errors import CorralError
 
@@ -24,8 +26,11 @@ __all__ = ["E2BGateway"]
 
 ENVD_PORT = 49983
 INTERPRETER_PORT = 49999
-_HOST = re.compile(r"(\d{1,5})-([0-9a-z]{1,64})\.")
-_CONTROL = re.compile(r"/(v2/)?sandboxes(/|$)")
+_PORT_DIGITS = 5
+_MAX_PORT = 65535
+_HOST = re.compile(r"([0-9]{1,5})-([0-9a-z]{1,64})\.")
+_CONTROL = re.compile(r"/(v2/)?sandboxes(/|$)|/(v2/|v3/)?templates(/|$)")
+_FILES = "/files"
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -35,12 +40,14 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def _target(scope: Scope) -> tuple[str, int] | None:
-    """(sandbox id, port) of a data-plane request, or None."""
+def _target(scope: Scope) -> tuple[str, int | None] | None:
+    """(sandbox id, port) of a data-plane request, or None; the port is None when the header
+    does not name one (not 1 to 65535 in ASCII digits)."""
     sandbox_id = _header(scope, b"e2b-sandbox-id")
     if sandbox_id is not None:
-        port = _header(scope, b"e2b-sandbox-port") or str(ENVD_PORT)
-        return sandbox_id, int(port) if port.isdigit() and len(port) <= 5 else -1
+        port = _header(scope, b"e2b-sandbox-port")
+        number = ENVD_PORT if port is None else ascii_int(port, max_digits=_PORT_DIGITS)
+        return sandbox_id, number if number is not None and 0 < number <= _MAX_PORT else None
     match = _HOST.match(_header(scope, b"host") or "")
     if match is not None:
         return match.group(2), int(match.group(1))
@@ -75,29 +82,50 @@ class E2BGateway:
     def __init__(self, app: ASGIApp, *, service: E2BService) -> None:
         self._app = app
         self._service = service
-        self._control = _guarded(_router(_control.routes))
+        self._control = _guarded(_router([*_control.routes, *_templates.routes]))
         self._envd = _guarded(_router([*_files.routes, *_filesystem.routes, *_process.routes]))
         self._interpreter = _guarded(_router(_interpreter.routes))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self._app(scope, receive, send)
             return
         target = _target(scope)
+        if scope["type"] == "websocket":
+            if target is None or target[1] in (None, ENVD_PORT, INTERPRETER_PORT):
+                await self._app(scope, receive, send)
+            else:
+                await self._port(target[0], target[1], scope, receive, send)
+            return
         if target is not None:
             sandbox_id, port = target
+            await self._service.sandboxes.wake(sandbox_id)  # auto_resume: traffic wakes it
             scope = {**scope, SCOPE_KEY: self._service, "corral.e2b.sandbox": sandbox_id}
-            if port == ENVD_PORT:
+            if port is None:
+                malformed = error_response(400, "E2b-Sandbox-Port must be a port number")
+                await malformed(scope, receive, send)
+            elif port == ENVD_PORT:
                 await self._envd(scope, receive, send)
             elif port == INTERPRETER_PORT:
                 await self._interpreter(scope, receive, send)
             else:
-                response: Response = error_response(
-                    502, f"The sandbox {sandbox_id} port is not open: {port}"
-                )
-                await response(scope, receive, send)
+                await self._port(sandbox_id, port, scope, receive, send)
             return
-        if _CONTROL.match(scope["path"]):
+        if scope["path"] == _FILES and b"signature=" in scope.get("query_string", b""):
+            # A signed files URL (download_url, upload_url) names no sandbox: its signature does.
+            await self._envd({**scope, SCOPE_KEY: self._service}, receive, send)
+            return
+        if _CONTROL.match(scope["path"]) or EXTRA_PATHS.match(scope["path"]):
             await self._control({**scope, SCOPE_KEY: self._service}, receive, send)
             return
         await self._app(scope, receive, send)
+
+    async def _port(
+        self, sandbox_id: str, port: int, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """A request into a port of the sandbox (``_ports``)."""
+        sandbox = self._service.sandboxes.find(sandbox_id)
+        if sandbox is None:
+            await refuse(scope, receive, send, 502, f"The sandbox {sandbox_id} was not found")
+            return
+        await self._service.ports.serve(sandbox, port, scope, receive, send)

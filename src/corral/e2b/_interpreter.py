@@ -12,6 +12,7 @@ no access token in the SDK, so they are accepted by the sandbox's unguessable id
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 
 import anyio
@@ -21,7 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from corral.e2b import _events, _magics
+from corral.e2b import _events
 from corral.e2b._contexts import Context
 from corral.e2b._sandboxes import Sandbox
 from corral.e2b._service import fail, json_response, read_body, service_of
@@ -71,7 +72,7 @@ async def execute(request: Request) -> Response:
     context = sandbox.contexts.get(body.context_id or "default")
     if context is None:
         fail(404, f"context '{body.context_id}' not found")
-    return _Execution(sandbox, context, body.code, body.env_vars or {})
+    return _Execution(sandbox, context, body.code, body.env_vars or {}, service.max_run_seconds)
 
 
 class _Execution(Response):
@@ -80,9 +81,15 @@ class _Execution(Response):
     media_type = "application/x-ndjson"
 
     def __init__(
-        self, sandbox: Sandbox, context: Context, code: str, run_env: Mapping[str, str]
+        self,
+        sandbox: Sandbox,
+        context: Context,
+        code: str,
+        run_env: Mapping[str, str],
+        max_run_seconds: float,
     ) -> None:
         super().__init__(media_type=self.media_type)
+        self._max_run_seconds = max_run_seconds
         self._sandbox = sandbox
         self._context = context
         self._code = code
@@ -136,10 +143,19 @@ class _Execution(Response):
                 for line in lines:
                     emit(line)
 
-            code = _magics.transform(self._code)
-            # E2B's kernel is interrupted, not restarted: variables survive a timeout.
+            # Shell lines (``!pip install``) run as in a kernel: the sandbox rewrites them.
+            # E2B's kernel is interrupted, not restarted: variables survive a timeout. The
+            # SDK's own timeout (it hangs up) bounds a run, then the sandbox's lifetime and
+            # the operator's [e2b] max_run_seconds; never the engine's one-shot default.
+            lifetime = max(1.0, sandbox.end_at - time.time())
+            limits = session.limits.replace(timeout=min(self._max_run_seconds, lifetime))
             result = await session.run(
-                code, cancel=cancel, on_output=on_output, cwd=context.cwd, keep_state=True
+                self._code,
+                limits=limits,
+                cancel=cancel,
+                on_output=on_output,
+                cwd=context.cwd,
+                keep_state=True,
             )
             if result.restarted:
                 sandbox.contexts.interpreter_restarted()
@@ -151,12 +167,24 @@ class _Execution(Response):
             ]
 
 
+async def _is_folder(sandbox: Sandbox, path: str) -> bool:
+    """Whether ``path`` is a folder as the sandbox's code sees it (asked of its interpreter,
+    between runs: a context's cwd may be anywhere the code can reach)."""
+    async with sandbox.run_lock:
+        # A statement, not an expression: the code's ``_`` stays its own.
+        result = await sandbox.session.run(f"print(__import__('os').path.isdir({path!r}))")
+    return result.ok and result.stdout == "True\n"
+
+
 async def create_context(request: Request) -> Response:
     sandbox = service_of(request).sandbox_by_id(_sandbox_id(request))
     body: ContextBody = await read_body(request, ContextBody, max_bytes=_BODY_BYTES)
     _language(body.language)
-    if body.cwd is not None and not body.cwd.startswith("/"):
-        fail(400, "cwd must be an absolute path")
+    if body.cwd is not None:
+        if not body.cwd.startswith("/") or "\0" in body.cwd:
+            fail(400, "cwd must be an absolute path")
+        if not await _is_folder(sandbox, body.cwd):
+            fail(400, f"cwd {body.cwd!r} is not a folder in the sandbox")
     context = sandbox.contexts.create(body.cwd)
     if context is None:
         fail(429, "this sandbox holds its maximum of contexts")

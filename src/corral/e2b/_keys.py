@@ -39,10 +39,16 @@ class E2BKeys:
     """The configured keys; each one's sandboxes belong to an opaque owner id."""
 
     def __init__(self, keys: Iterable[ApiKey]) -> None:
+        keys = list(keys)
         self._owners = {
             _digest(key.key): base64.b32encode(_digest(key.key)[:15]).decode().lower()
             for key in keys
         }
+        self._offline = {self._owners[_digest(key.key)] for key in keys if not key.network}
+        """Owners whose keys say ``network = false``: their sandboxes never have one."""
+
+    def may_network(self, owner: str) -> bool:
+        return owner not in self._offline
 
     def owner(self, secret: str | None) -> str | None:
         """The owner id of ``secret``, or None when it is no configured key."""

@@ -6,7 +6,7 @@ namespaces, files, seccomp policy and limits, ``/home/user`` as the working fold
 sandbox's ``envVars`` in their environment (never the server's). A command outlives the
 stream that started it (``_processes``): a client that closes it only detaches, ``Connect``
 attaches again, and the ``Connect-Timeout-Ms`` of its ``Start`` bounds its life, as envd's.
-``Update`` and PTYs are not served (``unimplemented``).
+A ``pty`` runs the command on a real terminal (``_pty``); ``Update`` resizes it.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from corral.e2b._connect import (
     stream_answer,
     unary,
 )
-from corral.e2b._contexts import HOME
+from corral.e2b._contexts import HOME, SANDBOX_USER
 from corral.e2b._processes import Event, Process, TooManyAttached
+from corral.e2b._pty import input_frame, pty_argv, resize_of
 from corral.e2b._sandboxes import MAX_TIMEOUT, Sandbox
 from corral.e2b._service import service_of
 from corral.errors import CorralError, SessionClosed, WorkerError
@@ -84,8 +85,8 @@ async def _sandbox(request: Request) -> Sandbox:
 
 async def start(request: Request) -> Response:
     sandbox = await _sandbox(request)
-    deadline = deadline_of(request)
     try:
+        deadline = deadline_of(request)
         message = await read_message(request)
         process, events = await _start(sandbox, message, deadline)
     except ConnectError as exc:
@@ -97,13 +98,14 @@ async def connect(request: Request) -> Response:
     """Attach to a running process again: its output from now on, then its end."""
     sandbox = await _sandbox(request)
     try:
+        deadline = deadline_of(request)
         process = _running(sandbox, await read_message(request))
         events = process.attach()
     except ConnectError as exc:
         return exc.response()
     except TooManyAttached as exc:
         return ConnectError("resource_exhausted", str(exc)).response()
-    return ConnectStream(_attached(process, events), deadline_of(request))
+    return ConnectStream(_attached(process, events), deadline)
 
 
 def _attached(
@@ -125,8 +127,6 @@ def _attached(
 async def _start(
     sandbox: Sandbox, message: dict[str, Any], lifetime: float | None
 ) -> tuple[Process, MemoryObjectReceiveStream[Event]]:
-    if message.get("pty") is not None:
-        raise ConnectError("unimplemented", "PTYs are not served")
     config = message.get("process")
     if not isinstance(config, dict) or not isinstance(config.get("cmd"), str):
         raise ConnectError("invalid_argument", "process.cmd is required")
@@ -137,18 +137,18 @@ async def _start(
     if not isinstance(cwd, str) or not cwd.startswith("/") or "\0" in cwd:
         raise ConnectError("invalid_argument", "cwd must be an absolute path")
     tag = message.get("tag") if isinstance(message.get("tag"), str) else None
-    env = {"HOME": HOME, "USER": "user", **sandbox.env_vars, **envs}
+    env = {"HOME": HOME, "USER": SANDBOX_USER, **sandbox.env_vars, **envs}
+    terminal = message.get("pty") is not None
+    argv = pty_argv(message["pty"], [cmd, *args]) if terminal else [cmd, *args]
     try:
-        command = await sandbox.session.start_command(
-            [cmd, *args], env, cwd, cpu_seconds=MAX_TIMEOUT
-        )
+        command = await sandbox.session.start_command(argv, env, cwd, cpu_seconds=MAX_TIMEOUT)
     except SessionClosed:
         raise ConnectError("unavailable", f"The sandbox {sandbox.id} was not found") from None
     except WorkerError as exc:
         raise ConnectError("resource_exhausted", f"the command did not start: {exc}") from None
-    if not message.get("stdin"):
+    if not message.get("stdin") and not terminal:
         command.close_stdin()
-    process = Process(command, cmd, args, envs, cwd, tag)
+    process = Process(command, cmd, args, envs, cwd, tag, pty=terminal)
     events = process.attach()  # before its output is read: the Start stream misses nothing
 
     def ended(done: Process) -> None:
@@ -198,19 +198,32 @@ async def send_signal(sandbox: Sandbox, message: dict[str, Any]) -> dict[str, An
     return {}
 
 
-def _stdin_of(given: Any) -> bytes:
-    data = given.get("stdin") if isinstance(given, dict) else None
+def _stdin_of(given: Any, process: Process) -> bytes:
+    """The bytes ``input`` carries for ``process``: its ``pty`` (framed for the terminal's
+    helper) where it runs on one, else its ``stdin``."""
+    field = "pty" if process.pty else "stdin"
+    data = given.get(field) if isinstance(given, dict) else None
     if not isinstance(data, str):
-        raise ConnectError("invalid_argument", "input.stdin is required")
+        raise ConnectError("invalid_argument", f"input.{field} is required")
     try:
-        return base64.b64decode(data, validate=True)
+        raw = base64.b64decode(data, validate=True)
     except binascii.Error:
-        raise ConnectError("invalid_argument", "input.stdin is not base64") from None
+        raise ConnectError("invalid_argument", f"input.{field} is not base64") from None
+    return input_frame(raw) if process.pty else raw
 
 
 async def send_input(sandbox: Sandbox, message: dict[str, Any]) -> dict[str, Any]:
     running = _running(sandbox, message)
-    await _write_stdin(running, _stdin_of(message.get("input")))
+    await _write_stdin(running, _stdin_of(message.get("input"), running))
+    return {}
+
+
+async def update(sandbox: Sandbox, message: dict[str, Any]) -> dict[str, Any]:
+    """``Update``: a terminal's new size (the only update envd makes)."""
+    running = _running(sandbox, message)
+    if not running.pty:
+        raise ConnectError("invalid_argument", f"process {running.pid} has no pty to resize")
+    await _write_stdin(running, resize_of(message))
     return {}
 
 
@@ -228,7 +241,7 @@ async def stream_input(request: Request) -> Response:
                         raise ConnectError("invalid_argument", "the stream must begin with start")
                     process = _running(sandbox, start)
                 elif isinstance(data := message.get("data"), dict):
-                    await _write_stdin(process, _stdin_of(data.get("input")))
+                    await _write_stdin(process, _stdin_of(data.get("input"), process))
             if process is None:
                 raise ConnectError("invalid_argument", "the stream must begin with start")
     except ConnectError as exc:
@@ -244,7 +257,7 @@ def _bounded(request: Request) -> Iterator[None]:
     stdin full): past it, ``deadline_exceeded``.
 
     Raises:
-        ConnectError: the deadline passed.
+        ConnectError: the deadline passed, or the header is not a number of milliseconds.
     """
     seconds = deadline_of(request)
     with anyio.move_on_after(math.inf if seconds is None else seconds) as scope:
@@ -270,6 +283,7 @@ _UNARY = {
     "SendSignal": send_signal,
     "SendInput": send_input,
     "CloseStdin": close_stdin,
+    "Update": update,
 }
 
 

@@ -62,6 +62,8 @@ class Process:
     envs: dict[str, str]
     cwd: str
     tag: str | None
+    pty: bool = False
+    """It runs on a terminal: its stdout is the terminal's output (``data.pty``)."""
     end: Event | None = None
     """The end event, once the process has exited and its output is read."""
     _attached: list[MemoryObjectSendStream[Event]] = field(default_factory=list)
@@ -120,7 +122,8 @@ class Process:
         while chunk := await self.command.read(stream):
             if not self._attached:
                 continue  # nobody to hand it to: dropped unencoded
-            event = {"event": {"data": {stream: base64.b64encode(chunk).decode()}}}
+            kind = "pty" if self.pty and stream == "stdout" else stream
+            event = {"event": {"data": {kind: base64.b64encode(chunk).decode()}}}
             for sender in list(self._attached):
                 try:
                     await sender.send(event)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
@@ -11,8 +12,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from corral._config import Config
+from corral.e2b._contexts import SANDBOX_USER
 from corral.e2b._keys import E2BKeys, same_secret
+from corral.e2b._ports import Ports
 from corral.e2b._sandboxes import Sandbox, Sandboxes, SessionOpener
+from corral.network import NetworkCeiling
 
 __all__ = [
     "ENVD_VERSION",
@@ -56,12 +60,26 @@ class E2BService:
 
     sandboxes: Sandboxes
     keys: E2BKeys
+    network: NetworkCeiling
+    """The server's ``[network]``: all of it is an E2B sandbox's default."""
+    max_run_seconds: float
+    """``[e2b] max_run_seconds``: the most one ``run_code`` may take."""
+    ports: Ports
+    """Every sandbox's way into its ports (``_ports``)."""
+    domain: str = ""
+    """``[e2b] domain``: the domain ``get_host`` names ("": the host a request came to)."""
+    templates: object = None
+    """The template builds (``_templates.TemplateBuilds``), made at first use."""
 
     @classmethod
     def build(cls, engine: SessionOpener, config: Config) -> E2BService:
         return cls(
             sandboxes=Sandboxes(engine, config.max_sessions_per_key),
             keys=E2BKeys(config.api_keys),
+            network=config.network_ceiling(),
+            max_run_seconds=config.max_run_seconds,
+            ports=Ports(config.port_max_connections, config.port_max_bytes),
+            domain=config.e2b_domain,
         )
 
     def owner(self, request: Request) -> str:
@@ -82,6 +100,10 @@ class E2BService:
             fail(502, f"The sandbox {sandbox_id} was not found")
         if not same_secret(request.headers.get("x-access-token"), sandbox.access_token):
             fail(401, "Invalid or missing access token for this sandbox")
+        user = _envd_user(request)
+        if user not in (None, SANDBOX_USER):
+            fail(403, f"user {user!r} is not available: a corral sandbox has one user, "
+                      f"{SANDBOX_USER!r}, and no root (run without user=)")  # fmt: skip
         return sandbox
 
     def sandbox_by_id(self, sandbox_id: str) -> Sandbox:
@@ -90,6 +112,18 @@ class E2BService:
         if sandbox is None:
             fail(502, f"The sandbox {sandbox_id} was not found")
         return sandbox
+
+
+def _envd_user(request: Request) -> str | None:
+    """The user envd's Basic authorization names (the SDK's ``user=``), if any."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "basic" or not value:
+        return None
+    try:
+        decoded = base64.b64decode(value.strip(), validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        fail(400, "the Authorization header names no user")
+    return decoded.partition(":")[0] or None
 
 
 def service_of(request: Request) -> E2BService:

@@ -9,8 +9,8 @@ errors to statuses in one table (``_errors.STATUS_BY_ERROR``).
 
 from corral._public import publish as _publish
 from corral.http._app import create_app
-from corral.http._server import serve, serve_async
+from corral.http._server import engine_options, serve, serve_async
 
-__all__ = ["create_app", "serve", "serve_async"]
+__all__ = ["create_app", "engine_options", "serve", "serve_async"]
 
 _publish(globals())

@@ -11,14 +11,16 @@ from corral import _fs
 from corral._config import Config
 from corral.e2b import E2BGateway, E2BService
 from corral.errors import ConfigError
-from corral.http import _container, _files_api, _gateway, _own, _playground, _sandboxfusion
+from corral.http import _container, _files_api, _gateway, _own, _pause, _playground, _sandboxfusion
 from corral.http._auth import Keyring
 from corral.http._body import BodyLimit
+from corral.http._container_session import ContainerSession
 from corral.http._docs import install_docs
+from corral.http._engine_api import EngineAPI
 from corral.http._errors import install_error_handlers
 from corral.http._metrics import Metrics
 from corral.http._sessions import Registry
-from corral.http._state import EngineAPI, Gateway, State
+from corral.http._state import Gateway, State
 from corral.http._store import FileStore
 
 __all__ = ["create_app"]
@@ -42,6 +44,7 @@ def create_app(engine: EngineAPI, config: Config) -> FastAPI:
     gateway = config.mode == "gateway"
     app = FastAPI(title="corral", version=corral.__version__, docs_url=None, redoc_url=None)
     state = State(engine=engine, config=config, metrics=Metrics(engine.statistics))
+    state.network = config.network_ceiling()
     if gateway:
         if not config.api_keys:
             raise ConfigError("gateway mode needs an API key: set CORRAL_API_KEYS=key:user")
@@ -49,14 +52,15 @@ def create_app(engine: EngineAPI, config: Config) -> FastAPI:
         _fs.make_private_dir(config.data_dir)
         store = FileStore(config.data_dir / "files", bucket_quota=config.bucket_quota_bytes)
         registry = Registry(engine, config.max_sessions_per_key)
+        registry.adopt()  # DIAL sessions the last server paused at its shutdown
         state.gateway = Gateway(keyring=keyring, store=store, registry=registry)
         routers = (_gateway.router, _files_api.router, _own.router, _playground.router)
-        for router in (*routers, _sandboxfusion.router):
+        for router in (*routers, _sandboxfusion.router, _pause.router):
             app.include_router(router)
         if config.open_run_code:
             logging.getLogger("corral.http").warning(_sandboxfusion.OPEN_WARNING)
     else:
-        state.container = _container.ContainerSession(engine)
+        state.container = ContainerSession(engine)
         app.include_router(_container.router)
     app.include_router(_own.metrics_router)
     app.state.corral = state

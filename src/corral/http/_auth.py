@@ -33,7 +33,7 @@ class Caller:
     """The one storage bucket this key can read and write."""
 
     def may_run_code(self, allowed_roles: tuple[str, ...] | None) -> bool:
-        """DIAL's createCodeAppRoles decision (dial-api.md §5.7), first match wins."""
+        """DIAL's createCodeAppRoles decision (docs/dial.md §5.7), first match wins."""
         if self.api_key.per_request or allowed_roles is None:
             return True
         return any(role in allowed_roles for role in self.api_key.roles)

@@ -13,9 +13,12 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from corral._digits import ascii_int
+
 __all__ = ["OWN_JSON_PATHS", "UPLOAD_FRAMING", "BodyLimit"]
 
 UPLOAD_FRAMING = 64 * 1024  # bytes of multipart headers and boundaries allowed around a file
+_LENGTH_DIGITS = 20  # a Content-Length longer than this is over every limit anyway
 OWN_JSON_PATHS = frozenset({"/v1/execute"})
 """corral's own routes, answered in its JSON error shape."""
 
@@ -45,8 +48,9 @@ class BodyLimit:
         upload = self.is_upload(scope["method"], scope["path"])
         own = scope["path"] in OWN_JSON_PATHS
         limit = self.max_upload_bytes if upload else self.max_request_bytes
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        declared = ascii_int(length, max_digits=_LENGTH_DIGITS)
+        if declared is not None and declared > limit:
             await self._refuse(send, upload, own)
             return
         received = 0
@@ -79,7 +83,7 @@ class BodyLimit:
         if own:  # corral's own routes speak one JSON error shape
             error = {"type": "too_large", "message": "Request body too large"}
             body, media = json.dumps({"error": error}).encode(), b"application/json"
-        elif upload:  # the interpreter's own answer, in both modes (dial-api.md §4.6)
+        elif upload:  # the interpreter's own answer, in both modes (docs/dial.md §4.6)
             body, media = json.dumps({"detail": "File too large"}).encode(), b"application/json"
         elif self.plain_text:
             body, media = b"Request body too large", b"text/plain; charset=utf-8"

@@ -1,7 +1,7 @@
 """Container mode: a drop-in for DIAL's interpreter image, one process = one session.
 
 ``/health``, ``/execute_code``, ``/upload_file``, ``/download_file`` and ``/list_files`` with
-the reference's bodies, statuses and check order (dial-api.md §4), minus its flaws (§9): paths
+the reference's bodies, statuses and check order (docs/dial.md §4), minus its flaws (§8): paths
 are contained component-wise, links planted by user code are never followed (the engine's
 session files), and an upload replaces its target only once it arrived whole and in bounds.
 The session folder is the engine's; user code sees it as ``/mnt/data`` and requests name it
@@ -13,12 +13,16 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qsl
 
-import anyio
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
-from corral.errors import FileTooLarge, InvalidPath, SessionClosed, SessionDiskFull, SessionNotFound
+from corral.errors import (
+    AccessDenied,
+    FileTooLarge,
+    InvalidPath,
+    SessionDiskFull,
+)
 from corral.http._cancel import Hungup, until_hangup
 from corral.http._docs import (
     ContainerHealth,
@@ -29,39 +33,20 @@ from corral.http._docs import (
     json_model,
     multipart_body,
 )
+from corral.http._engine_api import SessionAPI
 from corral.http._errors import BUSY_TEXT, MappedRoute, fail
 from corral.http._gateway import code_too_long
 from corral.http._multipart import MultipartReader, content_type_of
 from corral.http._paths import Resolved, bad_path, resolve
 from corral.http._responses import file_response, json_response
 from corral.http._sessions import listing_headers
-from corral.http._state import EngineAPI, SessionAPI, State, state_of
-from corral.http._transfers import stream_upload
+from corral.http._state import State, state_of
+from corral.http._transfers import access_denied, stream_upload
 
-__all__ = ["ContainerSession", "router"]
+__all__ = ["router"]
 
 _FIELD_PEEK = 64 * 1024  # bytes of a text field named "file" echoed back in the 422 body
 _NOT_A_FILE = "Value error, Expected UploadFile, received: <class 'str'>"
-
-
-class ContainerSession:
-    """The process's one interpreter session, opened on first use, reopened if it was lost."""
-
-    def __init__(self, engine: EngineAPI) -> None:
-        self._engine = engine
-        self._session: SessionAPI | None = None
-        self._lock = anyio.Lock()
-
-    async def get(self) -> SessionAPI:
-        async with self._lock:
-            if self._session is not None:
-                try:
-                    self._engine.get_session(self._session.id)
-                except (SessionNotFound, SessionClosed):
-                    self._session = None
-            if self._session is None:
-                self._session = await self._engine.open_session()
-            return self._session
 
 
 class CodeRequest(BaseModel):
@@ -104,6 +89,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"description": text, **_DETAIL}
     for status, text in (
         (400, "Bad path, missing or mismatching x-dial-session-id, code over the limit"),
+        (403, "Permission denied: the code made a folder unreadable or unwritable"),
         (404, "File not found"),
         (413, "File too large"),
         (503, "Mismatching x-dial-session-id, or busy"),
@@ -158,7 +144,7 @@ async def download_file(body: PathRequest, request: Request) -> Response:
     session = await _session(state)
     try:
         fd, size = await session.open_file(source.relative)
-    except (InvalidPath, FileNotFoundError):
+    except (InvalidPath, AccessDenied, FileNotFoundError):
         # A link (wherever it points), a folder, a FIFO or nothing: regular files only.
         fail(404, f"File not found: {source.relative}")
     return file_response(fd, size)
@@ -168,7 +154,10 @@ async def download_file(body: PathRequest, request: Request) -> Response:
 async def list_files(body: ListRequest, request: Request) -> Response:
     state = state_of(request)
     _check_session_header(state, request)
-    files = await (await _session(state)).list_files(max_entries=state.config.list_max_entries)
+    try:
+        files = await (await _session(state)).list_files(max_entries=state.config.list_max_entries)
+    except AccessDenied:  # the code made its own folder unreadable
+        access_denied(".")
     listing = {"files": [{"path": f.path, "size": f.size} for f in files]}
     return json_response(listing, headers=listing_headers(files))
 
@@ -226,6 +215,8 @@ async def upload_file(request: Request) -> Response:
         info = await session.put_file(target.relative, data)
     except InvalidPath:
         bad_path(target.absolute)
+    except AccessDenied:
+        access_denied(target.relative)
     except (FileTooLarge, SessionDiskFull):
         fail(413, "File too large")
     return json_response({"path": target.relative, "size": info.size})

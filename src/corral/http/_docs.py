@@ -97,7 +97,7 @@ class OmittedOut(BaseModel):
 
 
 class ExecuteResponse(BaseModel):
-    """The full execution result (design.md §2)."""
+    """The full execution result (docs/design.md §2)."""
 
     status: Literal["SUCCESS", "FAILURE"]
     outcome: str
@@ -123,13 +123,16 @@ class HealthResponse(BaseModel):
     """Why the server cannot run code now (``UNHEALTHY``, answered with 503)."""
     capacity: int
     running: int
+    """One-shot runs and cases holding a capacity slot now."""
+    session_runs: int = 0
+    """Runs going in sessions with a cgroup of their own: they take no slot."""
     queued: int
     sessions: int
     pool_ready: int
 
 
 class DialExecuteResponse(BaseModel):
-    """DIAL's execute result: exactly these five fields (dial-api.md §2.2)."""
+    """DIAL's execute result: exactly these five fields (docs/dial.md §2.2)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -164,7 +167,7 @@ class ContainerHealth(BaseModel):
 
 
 class Detail(BaseModel):
-    """The interpreter container's errors (dial-api.md §4.2)."""
+    """The interpreter container's errors (docs/dial.md §4.2)."""
 
     detail: str
 
@@ -174,7 +177,7 @@ class BucketResponse(BaseModel):
 
 
 class FileMetadata(BaseModel):
-    """DIAL's ``FileMetadata`` (dial-api.md §6)."""
+    """DIAL's ``FileMetadata`` (docs/dial.md §6)."""
 
     name: str
     parentPath: str | None

@@ -3,10 +3,12 @@
 Handlers raise :class:`fastapi.HTTPException` for request problems they recognise; anything
 else that escapes a handler passes through :class:`MappedRoute`, which turns a ``CorralError``
 into its status from :data:`STATUS_BY_ERROR` and any other exception into 500 ``Internal
-error`` (logged, never echoed). The gateway speaks DIAL Core's plain-text bodies, except for
-errors DIAL relays from its interpreter container, which are JSON (``detail`` given as a
-dict); container mode always answers ``{"detail": ...}``. corral's own routes (:class:`OwnRoute`)
-answer ``{"error": {"type", "message", "field"?}}`` whatever the mode.
+error`` (logged, never echoed). The gateway speaks DIAL Core's plain-text bodies, byte for byte
+(a client may compare them), except for errors DIAL relays from its interpreter container,
+which are JSON (``detail`` given as a dict); container mode always answers ``{"detail": ...}``.
+What corral can say beyond DIAL's text (which field was wrong) goes in the
+``Corral-Error-Detail`` header and the log. corral's own routes (:class:`OwnRoute`) answer
+``{"error": {"type", "message", "field"?}}`` whatever the mode.
 """
 
 from __future__ import annotations
@@ -28,21 +30,29 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from corral.errors import (
+    AccessDenied,
     BucketFull,
     Busy,
     CorralError,
     EngineClosed,
     FileTooLarge,
     InvalidPath,
+    NetworkPolicyError,
+    NetworkUnavailable,
     SessionClosed,
     SessionDiskFull,
     SessionNotFound,
+    SnapshotError,
+    SnapshotNotFound,
+    TemplateError,
+    TemplateNotFound,
     ZygoteUnavailable,
 )
 from corral.http._responses import json_response
 
 __all__ = [
     "BUSY_TEXT",
+    "DETAIL_HEADER",
     "RETRY_AFTER",
     "STATUS_BY_ERROR",
     "UNAVAILABLE_TEXT",
@@ -52,6 +62,7 @@ __all__ = [
     "describe_invalid",
     "error_body",
     "fail",
+    "header_text",
     "install_error_handlers",
     "status_for",
 ]
@@ -62,18 +73,28 @@ RETRY_AFTER = "1"  # seconds; a busy engine frees a worker within one typical ru
 BUSY_TEXT = "Code interpreter is busy, retry later"
 UNAVAILABLE_TEXT = "Code interpreter is not available"
 PLAIN = "text/plain; charset=utf-8"
+DETAIL_HEADER = "Corral-Error-Detail"
+"""Says what DIAL's fixed text cannot (``unknown field 'timeout'``); DIAL's clients ignore it."""
+_DETAIL_CHARS = 512  # a header, not a report: the log keeps the same words
 _SHORT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 STATUS_BY_ERROR: dict[type[BaseException], int] = {
     SessionNotFound: 404,
     SessionClosed: 404,
     InvalidPath: 400,
+    AccessDenied: 403,  # the sandboxed code took the permission away: the request cannot be done
     FileTooLarge: 413,
     SessionDiskFull: 413,
     BucketFull: 413,
     Busy: 503,
     EngineClosed: 503,
     ZygoteUnavailable: 503,  # no zygote to open a session from: the service, not the request
+    NetworkUnavailable: 503,  # no nftables, say: the service, not the request
+    NetworkPolicyError: 422,
+    TemplateNotFound: 404,
+    TemplateError: 422,
+    SnapshotNotFound: 404,
+    SnapshotError: 409,  # its paused state is corrupt or could not be kept: that session's
     CorralError: 500,
 }
 """Status of every corral error reaching a front end; the most specific class wins."""
@@ -81,13 +102,20 @@ STATUS_BY_ERROR: dict[type[BaseException], int] = {
 _TEXT_BY_ERROR: dict[type[BaseException], str] = {
     SessionNotFound: "Session is not found",
     SessionClosed: "Session is not found",
+    SnapshotNotFound: "Session is not found",
+    SnapshotError: "Session cannot be resumed",
     InvalidPath: "Bad path",
+    AccessDenied: "Permission denied",
     FileTooLarge: "File too large",
     SessionDiskFull: "Session disk quota exceeded",
     BucketFull: "Bucket quota exceeded",
     Busy: BUSY_TEXT,
     EngineClosed: UNAVAILABLE_TEXT,
     ZygoteUnavailable: UNAVAILABLE_TEXT,
+    NetworkUnavailable: "Network is not available",
+    NetworkPolicyError: "Network policy is not allowed",
+    TemplateNotFound: "Template is not found",
+    TemplateError: "Template is not usable",
     CorralError: "Internal error",
 }
 
@@ -104,10 +132,29 @@ def status_for(exc: BaseException) -> int:
     return _lookup(STATUS_BY_ERROR, exc) or 500
 
 
-def fail(status: int, detail: str | dict[str, Any], *, retry: bool = False) -> NoReturn:
-    """Answer now: a string is the gateway's plain text, a dict a relayed JSON body."""
-    headers = {"Retry-After": RETRY_AFTER} if retry else None
-    raise HTTPException(status, detail, headers=headers)
+def fail(
+    status: int, detail: str | dict[str, Any], *, retry: bool = False, explain: str | None = None
+) -> NoReturn:
+    """Answer now: a string is the gateway's plain text, a dict a relayed JSON body.
+
+    ``explain`` is what went wrong in corral's words, for the ``Corral-Error-Detail`` header
+    and the log, when the body must stay DIAL's exact text.
+    """
+    headers = {"Retry-After": RETRY_AFTER} if retry else {}
+    if explain is not None:
+        logger.info("answered %d %s: %s", status, detail, explain)
+        headers[DETAIL_HEADER] = header_text(explain)
+    raise HTTPException(status, detail, headers=headers or None)
+
+
+def header_text(text: str) -> str:
+    """``text`` as a header value: printable ASCII (anything else escaped, as a field name a
+    client chose may hold a newline or a lone surrogate) and at most ``_DETAIL_CHARS``."""
+    escaped = "".join(
+        c if " " <= c <= "~" else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+        for c in text
+    )
+    return escaped if len(escaped) <= _DETAIL_CHARS else escaped[: _DETAIL_CHARS - 3] + "..."
 
 
 def _as_http(exc: Exception) -> HTTPException:

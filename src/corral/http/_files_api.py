@@ -1,4 +1,4 @@
-"""The DIAL-style files API the gateway's transfers use (dial-api.md §6).
+"""The DIAL-style files API the gateway's transfers use (docs/dial.md §6).
 
 ``GET /v1/bucket`` names the caller's bucket; ``PUT``/``GET``/``DELETE /v1/files/<bucket>/
 <path>`` store, read and remove files in it. Each key owns exactly one bucket and can reach no
@@ -8,7 +8,6 @@ here for the transfer operations too.
 
 from __future__ import annotations
 
-import mimetypes
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from urllib.parse import quote, unquote
 from fastapi import APIRouter, Request, Response
 
 from corral import _fs
+from corral._mime import guess_media_type
 from corral.errors import FileTooLarge
 from corral.http._auth import Caller
 from corral.http._docs import BucketResponse, FileMetadata, json_model, multipart_body, plain_errors
@@ -66,7 +66,7 @@ def parse_file_url(url: str) -> FileUrl | None:
 
 def guess_type(name: str) -> str:
     """A content type from a file name's extension."""
-    return mimetypes.guess_type(name, strict=False)[0] or "application/octet-stream"
+    return guess_media_type(name)
 
 
 def file_metadata(file: StoredFile) -> dict[str, Any]:

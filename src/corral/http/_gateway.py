@@ -1,4 +1,4 @@
-"""DIAL Core's nine ``/v1/ops/code_interpreter/*`` operations (dial-api.md §5).
+"""DIAL Core's nine ``/v1/ops/code_interpreter/*`` operations (docs/dial.md §5).
 
 Every operation authenticates first (401), then applies DIAL Core's checks in DIAL Core's
 order. Bodies are exactly DIAL's fields; corral's richer result stays on ``/v1/execute``.
@@ -12,7 +12,7 @@ import anyio
 from fastapi import APIRouter, Depends, Request, Response
 
 from corral.engine import ExecutionResult
-from corral.errors import SessionClosed, SessionNotFound
+from corral.errors import AccessDenied, SessionClosed, SessionNotFound
 from corral.http._auth import Caller
 from corral.http._cancel import Hungup, until_hangup
 from corral.http._docs import (
@@ -24,21 +24,26 @@ from corral.http._docs import (
     multipart_body,
     plain_errors,
 )
+from corral.http._engine_api import SessionAPI
 from corral.http._errors import BUSY_TEXT, MappedRoute, fail
 from corral.http._files_api import file_metadata
 from corral.http._models import (
     DownloadBody,
     ExecuteBody,
+    OpenSessionBody,
     SessionBody,
     TransferInBody,
     TransferOutBody,
     parse_body,
 )
 from corral.http._multipart import MultipartReader
+from corral.http._network import sandbox_network
 from corral.http._responses import file_response, json_response
 from corral.http._sessions import listing_headers, not_found
-from corral.http._state import SessionAPI, State, caller_of, require_caller, state_of
+from corral.http._state import State, caller_of, require_caller, state_of
+from corral.http._templates import check_template
 from corral.http._transfers import (
+    access_denied,
     check_file_path,
     check_output,
     open_in_session,
@@ -88,14 +93,18 @@ def _session_id(
 
 @router.post(
     "/open_session",
-    openapi_extra=json_body(SessionBody),
-    responses={200: {"model": DialSessionResponse}, **plain_errors(400, 403, 429, 503)},
+    openapi_extra=json_body(OpenSessionBody),
+    responses={200: {"model": DialSessionResponse}, **plain_errors(400, 403, 422, 429, 503)},
 )
 async def open_session(request: Request) -> Response:
     state, caller = _context(request)
     state.keyring.require_code_role(caller)
-    body = await parse_body(request, SessionBody)
-    session_id = await state.registry.open(caller.owner, body.sessionId)
+    body = await parse_body(request, OpenSessionBody)
+    network = sandbox_network(state.network, caller, body.network)
+    template = check_template(state.engine, caller.owner, body.template)
+    session_id = await state.registry.open(
+        caller.owner, body.sessionId, network=network, template=template
+    )
     return json_response({"sessionId": session_id})
 
 
@@ -136,6 +145,8 @@ async def list_files(request: Request) -> Response:
         files = await session.list_files(max_entries=state.config.list_max_entries)
     except (SessionNotFound, SessionClosed):
         not_found(session_id)
+    except AccessDenied:  # the code made its own folder unreadable
+        access_denied(".")
     body = {"files": [{"path": f.path, "size": f.size} for f in files]}
     return json_response(body, headers=listing_headers(files))
 

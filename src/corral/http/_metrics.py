@@ -35,11 +35,58 @@ class _EngineCollector(Collector):
             "corral_queue_length": ("Runs waiting for a worker", stats.queued),
             "corral_busy_workers": ("Workers running code now", stats.running),
             "corral_capacity": ("Workers that may run at once", stats.capacity),
+            "corral_session_runs": (
+                "Runs going in sessions with their own cgroup (they take no slot)",
+                stats.scheduler.session_runs,
+            ),
             "corral_sessions": ("Open sessions", stats.sessions),
             "corral_pool_ready": ("Pre-isolated workers waiting", stats.pool_ready),
+            "corral_case_servers": (
+                "Case servers kept for programs called repeatedly",
+                stats.case_servers,
+            ),
         }
         for name, (text, value) in gauges.items():
             yield GaugeMetricFamily(name, text, value=value)
+        cpu = CounterMetricFamily(
+            "corral_tenant_cpu_seconds",
+            "CPU used by a tenant's sandboxes (runs, cases, sessions and what they left running)",
+            labels=["tenant"],
+        )
+        for tenant, seconds in sorted(stats.cpu_seconds_by_tenant.items()):
+            cpu.add_metric([tenant], seconds)
+        yield cpu
+        background = GaugeMetricFamily(
+            "corral_background_processes",
+            "Processes running in a tenant's sessions beside their interpreters",
+            labels=["tenant"],
+        )
+        for tenant, count in sorted(stats.background_by_tenant.items()):
+            background.add_metric([tenant], count)
+        yield background
+        egress = stats.egress
+        if egress is not None:
+            verdicts = CounterMetricFamily(
+                "corral_egress_connections",
+                "Connections sandboxes made out, by the egress side's verdict",
+                labels=["verdict"],
+            )
+            verdicts.add_metric(["allowed"], egress.allowed)
+            verdicts.add_metric(["denied"], egress.denied)
+            yield verdicts
+            yield CounterMetricFamily(
+                "corral_egress_bytes",
+                "Bytes sandboxes moved through the network",
+                value=egress.bytes,
+            )
+            by_tenant = CounterMetricFamily(
+                "corral_egress_tenant_bytes",
+                "Bytes a tenant's sandboxes moved through the network",
+                labels=["tenant"],
+            )
+            for tenant, moved in sorted(egress.bytes_by_tenant.items()):
+                by_tenant.add_metric([tenant], moved)
+            yield by_tenant
 
 
 class Metrics:

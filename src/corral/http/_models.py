@@ -1,10 +1,10 @@
 """Gateway request bodies, parsed as strictly as DIAL Core's Jackson mapper does.
 
 Malformed JSON, an empty body, ``null``, a non-object, a wrong type or any unknown field is
-400 ``Not valid JSON body`` (dial-api.md §5.1); ``null`` for an optional field equals absent.
-corral appends which field was wrong (``Not valid JSON body: unknown field 'timeout'``): DIAL's
-clients act on the status, and a person reading the text learns what to fix.
-The field names are DIAL's, so they stay camelCase.
+400 ``Not valid JSON body``, exactly DIAL's text (docs/dial.md §5.1); ``null`` for an optional
+field equals absent. Which field was wrong (``unknown field 'timeout'``) is said in the
+``Corral-Error-Detail`` header and the log, so a person learns what to fix and a client that
+compares bodies sees DIAL's. The field names are DIAL's, so they stay camelCase.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from corral.http._errors import describe_invalid, fail
+from corral.http._network import NetworkRequest
 
 __all__ = [
+    "NOT_VALID_JSON",
     "DownloadBody",
     "ExecuteBody",
     "InputFile",
@@ -28,12 +30,25 @@ __all__ = [
 ]
 
 
+NOT_VALID_JSON = "Not valid JSON body"
+"""DIAL Core's one answer to any body it cannot map (its strict Jackson mapper)."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SessionBody(_Strict):
     sessionId: str | None = None
+
+
+class OpenSessionBody(SessionBody):
+    """DIAL's ``open_session``, and corral's one extension to it: the session's network
+    (``true`` or ``{"allow": [...], "inject": {...}}``), which DIAL's clients never send."""
+
+    network: bool | NetworkRequest | None = None
+    template: str | None = Field(default=None, min_length=1, max_length=128)
+    """A template's name (corral's extension): the session's sandbox is made from it."""
 
 
 class InputFile(_Strict):
@@ -82,7 +97,7 @@ async def parse_body(request: Request, model: type[Body]) -> Body:
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
-        fail(400, f"Not valid JSON body: {describe_invalid(exc)[0]}")
+        fail(400, NOT_VALID_JSON, explain=describe_invalid(exc)[0])
 
 
 def file_path_ok(path: str | None) -> bool:

@@ -1,7 +1,7 @@
 """A streaming ``multipart/form-data`` reader, so uploads never sit whole in memory.
 
 Starlette's form parser reads a whole body before the handler runs; DIAL's rules want the
-opposite (dial-api.md §4.6): check the target path as soon as the part's headers arrive, then
+opposite (docs/dial.md §4.6): check the target path as soon as the part's headers arrive, then
 write the data as it comes and stop at ``UPLOAD_MAX_SIZE + 1`` bytes.
 """
 

@@ -23,9 +23,11 @@ from corral.http._cancel import Hungup, until_hangup
 from corral.http._docs import ErrorResponse, ExecuteResponse, HealthResponse, json_body
 from corral.http._errors import RETRY_AFTER, ApiError, OwnRoute, describe_invalid
 from corral.http._metrics import CONTENT_TYPE
+from corral.http._network import NetworkRequest, sandbox_network
 from corral.http._responses import json_response
 from corral.http._state import State, caller_of, require_caller, state_of
 from corral.http._stream import NDJSON, Listener, NdjsonRun
+from corral.http._templates import check_template
 
 __all__ = ["ExecuteRequest", "metrics_router", "render_result", "router"]
 
@@ -45,6 +47,11 @@ class ExecuteRequest(BaseModel):
     """Answer ``application/x-ndjson``: output lines while the code runs, then the result."""
     return_files: bool = False
     """Add each generated file's bytes (``content_base64``) within the file limits."""
+    network: bool | NetworkRequest | None = None
+    """What a one-shot run may reach: ``true`` (the server's whole ``[network] allow``) or
+    ``{"allow": [...], "inject": {...}}``; nothing when absent. A session's is its own."""
+    template: str | None = Field(default=None, min_length=1, max_length=128)
+    """A template's name: the one-shot run's sandbox has its packages, files and env."""
 
 
 router = APIRouter(route_class=OwnRoute)
@@ -66,7 +73,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def render_result(result: ExecutionResult, *, return_files: bool = False) -> dict[str, Any]:
-    """The full result of design.md §2; with ``return_files``, each file's bytes (or null)."""
+    """The full result of docs/design.md §2; with ``return_files``, each file's bytes (or null)."""
     body = result.as_dict()
     if return_files:
         for item in body["files"]:
@@ -110,7 +117,7 @@ def _limits(state: State, timeout: float | None) -> Limits:
     },
 )
 async def execute(request: Request) -> Response:
-    """Run code and answer the full execution result (design.md §2).
+    """Run code and answer the full execution result (docs/design.md §2).
 
     Busy answers 503 with ``Retry-After`` and the ``busy`` result. A closed connection cancels
     the run (outcome ``cancelled``).
@@ -119,7 +126,12 @@ async def execute(request: Request) -> Response:
     state.keyring.require_code_role(caller)
     body = _parse(await request.body())
     limits = _limits(state, body.timeout)
+    network = sandbox_network(state.network, caller, body.network)
+    if network.enabled and body.sessionId is not None:
+        message = "a session's network is the one it was opened with"
+        raise ApiError(422, message, field="network")
 
+    template = check_template(state.engine, caller.owner, body.template, body.sessionId)
     session, closed = None, None
     if body.sessionId is not None:  # looked up before a stream starts: a 404 is still a 404
         try:
@@ -131,7 +143,12 @@ async def execute(request: Request) -> Response:
     async def run(on_output: Listener | None, hangup: anyio.Event) -> ExecutionResult:
         if session is None or body.sessionId is None:
             return await state.engine.run(
-                body.code, limits=limits, on_output=on_output, tenant=caller.owner
+                body.code,
+                limits=limits,
+                on_output=on_output,
+                tenant=caller.owner,
+                network=network,
+                template=template,
             )
         registry, owner, session_id = state.registry, caller.owner, body.sessionId
         try:
@@ -180,9 +197,13 @@ async def health(request: Request) -> Response:
     load = {
         "capacity": stats.capacity,
         "running": stats.running,
+        "session_runs": stats.scheduler.session_runs,
         "queued": stats.queued,
         "sessions": stats.sessions,
         "pool_ready": stats.pool_ready,
+        "background_processes": sum(stats.background_by_tenant.values()),
+        "cpu_seconds": round(sum(stats.cpu_seconds_by_tenant.values()), 3),
+        "cgroups": stats.cgroups,
     }
     unavailable = getattr(stats, "unavailable", "")
     if unavailable:

@@ -1,4 +1,4 @@
-"""DIAL's path rules for session files (dial-api.md §2.3), with a component-wise check.
+"""DIAL's path rules for session files (docs/dial.md §2.3), with a component-wise check.
 
 A request path is joined to the session root (absolute paths are taken as they are),
 normalised lexically, and accepted only when it lies *inside* the root component by

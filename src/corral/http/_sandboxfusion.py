@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ValidationError
 
 from corral._limits import Limits
-from corral.engine import Case, ExecutionResult
+from corral.engine import PYTHON_NAMES, Case, ExecutionResult, Languages
 from corral.errors import EngineClosed
 from corral.http._docs import json_body
 from corral.http._errors import RETRY_AFTER, fail
@@ -34,6 +34,7 @@ from corral.http._sandboxfusion_wire import (
     RunCodeBody,
     RunCodeResponseDoc,
     decode_files,
+    not_served,
     passed,
     sandbox_error,
     to_response,
@@ -76,6 +77,8 @@ class _FedEngine(Protocol):
         files: Mapping[str, bytes] | None = None,
         queue_timeout: float | None = None,
         tenant: str = "",
+        language: str = "python",
+        compile_timeout: float | None = None,
     ) -> ExecutionResult: ...
 
     async def run_cases(
@@ -86,7 +89,12 @@ class _FedEngine(Protocol):
         files: Mapping[str, bytes] | None = None,
         queue_timeout: float | None = None,
         tenant: str = "",
+        language: str = "python",
+        compile_timeout: float | None = None,
     ) -> list[ExecutionResult]: ...
+
+    @property
+    def languages(self) -> Languages: ...
 
 
 class _Busy(Exception):
@@ -133,6 +141,15 @@ def _limits(state: State, run_timeout: float, memory_mb: int) -> Limits:
     return base.replace(**changes)
 
 
+def _check_language(state: State, language: str) -> None:
+    """SandboxFusion's 422 for a language whose toolchain this host lacks."""
+    if language in PYTHON_NAMES:
+        return
+    languages = cast(_FedEngine, state.engine).languages
+    if language not in languages.served:
+        _unprocessable(not_served(language, ["python", *sorted(languages.served)]))
+
+
 def _stdin(text: str | None) -> bytes | None:
     return None if text is None else text.encode("utf-8", "surrogatepass")
 
@@ -146,6 +163,7 @@ async def _run(
     files: Mapping[str, bytes],
     queue_wait: float,
     tenant: str,
+    language: str,
 ) -> ExecutionResult:
     """One run; raises ``_Busy`` instead of returning a ``busy`` result."""
     engine = cast(_FedEngine, state.engine)
@@ -157,6 +175,8 @@ async def _run(
             files=files,
             queue_timeout=max(queue_wait, MIN_QUEUE_WAIT),
             tenant=tenant,
+            language=language,
+            compile_timeout=max(queue_wait, MIN_QUEUE_WAIT),
         )
     except EngineClosed as exc:
         raise _Busy("the server is stopping; try another replica or again later") from exc
@@ -184,9 +204,11 @@ _ANSWERS: dict[int | str, dict[str, Any]] = {
     responses=_ANSWERS,
 )
 async def run_code(request: Request) -> Response:
-    """SandboxFusion's ``run_code`` for Python, field for field."""
+    """SandboxFusion's ``run_code``, field for field: Python, and the other languages whose
+    toolchains this host has (``corral doctor``): a compiled one's ``compile_result``."""
     state, tenant = _authorize(request)
     body = await _parse(request, RunCodeBody)
+    _check_language(state, body.language)
     files, problems = decode_files(body.files)
     if problems:
         _unprocessable(problems)
@@ -199,13 +221,14 @@ async def run_code(request: Request) -> Response:
             files=files,
             queue_wait=body.compile_timeout,
             tenant=tenant,
+            language=body.language,
         )
     except _Busy as exc:
         return _busy(str(exc))
     except Exception:  # a broken sandbox is SandboxError, never a 500 that reads as a crash
         logger.exception("run_code failed")
         return json_response(sandbox_error("exception on running code (see the server log)"))
-    return json_response(to_response(result, body.fetch_files))
+    return json_response(to_response(result, body.fetch_files, body.language))
 
 
 @router.post(
@@ -224,6 +247,7 @@ async def run_code_batch(request: Request) -> Response:
     """
     state, tenant = _authorize(request)
     body = await _parse(request, BatchBody)
+    _check_language(state, body.language)
     files, problems = decode_files(body.files)
     if problems:
         _unprocessable(problems)
@@ -242,6 +266,8 @@ async def run_code_batch(request: Request) -> Response:
             files=files,
             queue_timeout=max(body.compile_timeout, MIN_QUEUE_WAIT),
             tenant=tenant,
+            language=body.language,
+            compile_timeout=max(body.compile_timeout, MIN_QUEUE_WAIT),
         )
     except EngineClosed:
         return _busy("the server is stopping; try another replica or again later")
@@ -256,7 +282,7 @@ async def run_code_batch(request: Request) -> Response:
         state.metrics.observe("run_code", result.outcome, result.elapsed_ms)
         if result.outcome == "busy":
             return _busy(result.message or "no worker is free; try again")
-        answer = to_response(result, [])
+        answer = to_response(result, [], body.language)
         answer["passed"] = passed(answer, case.expected_stdout)
         results.append(answer)
     return json_response({"results": results})

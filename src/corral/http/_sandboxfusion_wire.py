@@ -1,4 +1,4 @@
-"""SandboxFusion's ``/run_code`` on the wire (specs/sandboxfusion.md): request bodies, the
+"""SandboxFusion's ``/run_code`` on the wire (docs/sandboxfusion.md): request bodies, the
 response shape and the mapping from corral's outcomes onto SandboxFusion's statuses.
 
 Pure data and functions, no routes: ``_sandboxfusion`` serves them. What a trainer must be able
@@ -18,13 +18,15 @@ from typing import Any, Literal
 from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from corral.engine import ExecutionResult
+from corral._digits import ascii_int
+from corral.engine import PYTHON_NAMES, ExecutionResult
 
 __all__ = [
     "BatchBody",
     "BatchCase",
     "RunCodeBody",
     "decode_files",
+    "not_served",
     "passed",
     "sandbox_error",
     "to_response",
@@ -32,10 +34,12 @@ __all__ = [
     "work_path",
 ]
 
-Language = Literal["python", "python3"]
-"""SandboxFusion's ``python``, and ``python3``, which it lacks but callers send."""
+Language = Literal["python", "python3", "cpp", "nodejs", "java", "rust", "go", "typescript", "bash"]
+"""SandboxFusion's names corral knows, and ``python3``, which it lacks but callers send; one
+whose toolchain this host lacks is refused after parsing, in the same 422 (``not_served``)."""
 
 _WORK_ROOTS = ("/work/", "/mnt/data/")  # where a one-shot run's working folder is seen
+_EXIT_CODE_DIGITS = 32  # sys.exit(n) with a longer n is still only its low byte
 _IGNORED_FILE = "IGNORE_THIS_FILE"  # SandboxFusion skips files whose name contains this
 MAX_CASES = 1024
 """Cases one ``/run_code_batch`` request may hold (the request size bounds them too)."""
@@ -154,7 +158,11 @@ def _problem(name: str, kind: str, message: str) -> dict[str, Any]:
     return {"type": f"file_{kind}", "loc": ["body", "files", name], "msg": message, "input": name}
 
 
-def _return_code(result: ExecutionResult) -> int:
+def _return_code(result: ExecutionResult, language: str) -> int:
+    if language not in PYTHON_NAMES and result.exit_code is not None:
+        # Another language's program: its own return code (-N for a signal, as Python's
+        # subprocess reports it), passed on whole by the driver.
+        return result.exit_code
     error = result.error
     if result.outcome == "ok" or error is None:
         return 0 if result.outcome == "ok" else 1
@@ -164,10 +172,8 @@ def _return_code(result: ExecutionResult) -> int:
     text = error.message.strip()
     if text in ("", "None"):
         return 0
-    try:
-        return int(text) & 0xFF
-    except ValueError:
-        return 1
+    code = ascii_int(text, max_digits=_EXIT_CODE_DIGITS, signed=True)
+    return 1 if code is None else code & 0xFF
 
 
 def _command_result(
@@ -194,15 +200,20 @@ def sandbox_error(message: str) -> dict[str, Any]:
     }
 
 
-def to_response(result: ExecutionResult, fetch_files: list[str]) -> dict[str, Any]:
+def to_response(
+    result: ExecutionResult, fetch_files: list[str], language: str = "python"
+) -> dict[str, Any]:
     """SandboxFusion's ``RunCodeResponse`` for a finished corral run (never ``busy``)."""
+    failed = _compile_failed(result)
+    if failed is not None:
+        return failed
     outcome = result.outcome
     if outcome == "timeout":
         status, run = "Failed", _command_result("TimeLimitExceeded", result, None)
     elif outcome in ("ok", "python_error", "memory_limit", "invalid_input"):
         # invalid_input is code Python itself would refuse (a NUL byte, say): it fails as a
         # program, with the reason on stderr; no sandbox was at fault.
-        code = _return_code(result)
+        code = _return_code(result, language)
         if outcome == "invalid_input" and not result.stderr:
             result = _with_stderr(result, result.message)
         status = "Success" if code == 0 else "Failed"
@@ -212,11 +223,44 @@ def to_response(result: ExecutionResult, fetch_files: list[str]) -> dict[str, An
     return {
         "status": status,
         "message": "",
-        "compile_result": None,
+        "compile_result": None if result.compile is None else result.compile.as_dict(),
         "run_result": run,
         "executor_pod_name": None,
         "files": _fetched(result, fetch_files),
     }
+
+
+def _compile_failed(result: ExecutionResult) -> dict[str, Any] | None:
+    """SandboxFusion's answer when the compile failed: ``Failed`` with the compile's result
+    and no run (``SandboxError`` when the compile's sandbox failed), else None."""
+    info = result.compile
+    if info is None or (info.status == "Finished" and info.return_code == 0):
+        return None
+    if info.status == "Error":
+        return sandbox_error(info.stderr or "the compile failed in the sandbox")
+    return {
+        "status": "Failed",
+        "message": "",
+        "compile_result": info.as_dict(),
+        "run_result": None,
+        "executor_pod_name": None,
+        "files": {},
+    }
+
+
+def not_served(language: str, served: list[str]) -> list[dict[str, Any]]:
+    """The 422 detail for a language this server does not serve, as pydantic words a
+    ``Literal`` it is not among (SandboxFusion's answer to a language it does not know)."""
+    expected = ", ".join(f"'{name}'" for name in served)
+    return [
+        {
+            "type": "literal_error",
+            "loc": ["body", "language"],
+            "msg": f"Input should be {expected} (the languages served here; see corral doctor)",
+            "input": language,
+            "ctx": {"expected": expected},
+        }
+    ]
 
 
 def _with_stderr(result: ExecutionResult, text: str) -> ExecutionResult:

@@ -16,13 +16,18 @@ from typing import Any
 import anyio
 import uvicorn
 
+from corral import _fs
 from corral._config import Config
 from corral.engine import Engine
+from corral.errors import ConfigError
 from corral.http._app import create_app
+from corral.http._connections import ConnectionGuard, guarded_protocol, networks_of
+from corral.network import CertificateAuthority, Egress
 
-__all__ = ["engine_options", "serve", "serve_async"]
+__all__ = ["engine_options", "serve", "serve_async", "uvicorn_config"]
 
 _CONTAINER_SESSION_LIFETIME = 10 * 365 * 24 * 3600.0  # seconds; DIAL's container never expires
+_CA_FOLDER = "egress-ca"  # in the data folder: corral's CA for header injection (key 0600)
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _EXIT_POLL = 0.1  # seconds; uvicorn itself looks at should_exit this often
 _ANSWER_GRACE = 7.0  # seconds after the grace for cancelled runs to answer (engine: 5 s)
@@ -37,7 +42,19 @@ def engine_options(config: Config) -> dict[str, Any]:
         # DIAL's container keeps its files in MOUNT_FOLDER, where a volume or a sidecar sees
         # them and where they outlive a restart.
         options["session_data_dir"] = config.mount_folder
+        options["paused_dir"] = None  # one session, DIAL's: its files are MOUNT_FOLDER's
+    else:
+        options["egress"] = egress_for(config)
     return options
+
+
+def egress_for(config: Config) -> Egress | None:
+    """The egress side ``[network]`` asks for (None: no sandbox has a network), with corral's
+    CA in the data folder, made on first use, for the hosts whose requests get headers."""
+    ceiling = config.network_ceiling()
+    if not ceiling.enabled:
+        return None
+    return Egress(ceiling, ca=CertificateAuthority(config.data_dir / _CA_FOLDER))
 
 
 _uvicorn_log = logging.getLogger("uvicorn.error")
@@ -99,7 +116,7 @@ async def serve_async(
     logging.basicConfig(level=config.log_level.upper())
     logging.getLogger("asyncio").addFilter(_AcceptFailuresOncePer())
     _more_descriptors()
-    config.data_dir.mkdir(parents=True, exist_ok=True)
+    _fs.make_private_dir(config.data_dir)  # keys, tenants' files: 0700 whatever the umask
     with _stop_requests() as stopping:
         await _serve_engine(config, sockets, stop, stopping)
 
@@ -171,23 +188,13 @@ async def _serve_engine(
     stopping: _StopRequest,
 ) -> None:
     async with Engine(**engine_options(config)) as engine:
+        if not engine.backend.isolated:
+            raise ConfigError(
+                "corral serve runs code in the isolated sandbox only, never in process"
+            )
         if stopping.requested:
             return
-        app = create_app(engine, config)
-        server = _Server(
-            uvicorn.Config(
-                app,
-                host=config.bind_host,
-                port=config.bind_port,
-                log_level=config.log_level.lower(),
-                timeout_keep_alive=config.timeout_keep_alive,
-                # The engine answers every run within the grace and the cancel bound; past
-                # that, uvicorn may drop what is left.
-                timeout_graceful_shutdown=math.ceil(config.shutdown_grace + _ANSWER_GRACE),
-                lifespan="off",
-                server_header=False,
-            )
-        )
+        server = _Server(uvicorn_config(create_app(engine, config), config))
         async with anyio.create_task_group() as tg:
             if stop is not None:
                 tg.start_soon(_stop_on, stop, server)
@@ -197,7 +204,35 @@ async def _serve_engine(
             await server.serve(sockets=sockets)
             with anyio.CancelScope(shield=True):
                 await engine.drain(0)  # nothing is left to answer: stop the stragglers now
+                # Every live session and sandbox to the data folder, for the next server.
+                await engine.paused.pause_all(config.shutdown_grace)
             tg.cancel_scope.cancel()
+
+
+def uvicorn_config(app: Any, config: Config) -> uvicorn.Config:
+    """How ``corral serve`` runs uvicorn for ``app``: the connection guard, and client
+    addresses rewritten from ``X-Forwarded-For`` only for ``trusted_proxies`` (uvicorn's
+    default believes the header from 127.0.0.1, where any local process can send it)."""
+    guard = ConnectionGuard(
+        header_timeout=config.header_timeout,
+        max_per_client=config.max_connections_per_client,
+        trusted=config.trusted_proxies,
+    )
+    return uvicorn.Config(
+        app,
+        host=config.bind_host,
+        port=config.bind_port,
+        http=guarded_protocol(guard),
+        proxy_headers=bool(config.trusted_proxies),
+        forwarded_allow_ips=[str(n) for n in networks_of(config.trusted_proxies)],
+        log_level=config.log_level.lower(),
+        timeout_keep_alive=config.timeout_keep_alive,
+        # The engine answers every run within the grace and the cancel bound; past that,
+        # uvicorn may drop what is left.
+        timeout_graceful_shutdown=math.ceil(config.shutdown_grace + _ANSWER_GRACE),
+        lifespan="off",
+        server_header=False,
+    )
 
 
 async def _stop_on(stop: anyio.Event, server: uvicorn.Server) -> None:

@@ -2,8 +2,9 @@
 
 A caller's ``sessionId`` is only a name in that caller's scope: it never reaches the engine or
 the file system (the engine picks its own ids and folders), so two keys may use the same id and
-neither can see the other's session (404). Entries live in memory only: after a restart every
-id answers DIAL's 404 ``Session is not found`` and clients open a new session, as they do after
+neither can see the other's session (404). A session keeps its owner and id as labels, so one
+paused across a restart (SIGTERM pauses them to the data folder) is found again under both and
+resumes on its next operation; one that was running at a SIGKILL answers DIAL's 404, as after
 idle expiry. Idle expiry itself is the engine's; an expired engine session reads as gone here.
 """
 
@@ -19,11 +20,14 @@ from urllib.parse import unquote
 import anyio
 
 from corral.errors import SessionClosed, SessionNotFound
+from corral.http._engine_api import EngineAPI, SessionAPI
 from corral.http._errors import fail
-from corral.http._state import EngineAPI, SessionAPI
+from corral.network import NO_NETWORK, SandboxNetwork
 
 __all__ = ["TRUNCATED_HEADER", "Registry", "listing_headers", "not_found", "valid_session_id"]
 
+DIAL_OWNER, DIAL_ID = "dial.owner", "dial.session_id"
+"""A DIAL session's labels: whose it is and its id in that key's scope."""
 _MAX_ID_BYTES = 800  # DIAL bounds the session's whole storage path to 900 bytes
 
 TRUNCATED_HEADER = "Corral-Listing-Truncated"
@@ -36,7 +40,7 @@ def listing_headers(files: object) -> dict[str, str] | None:
 
 
 def valid_session_id(value: str) -> bool:
-    """DIAL's session id rule (dial-api.md §5.5), plus no ``.``/``..`` segments."""
+    """DIAL's session id rule (docs/dial.md §5.5), plus no ``.``/``..`` segments."""
     if (
         not value
         or value.endswith("/")
@@ -73,6 +77,19 @@ class Registry:
         self._max = max_per_owner
         self._owners: dict[str, dict[str, _Entry]] = {}
 
+    def adopt(self) -> int:
+        """Take back the sessions a DIAL caller opened before a restart (the engine adopted
+        them paused); returns how many."""
+        count = 0
+        for session in self._engine.sessions():
+            if session.paused is None:
+                continue  # a running one is another app's (tests share an engine), never ours
+            owner, sid = session.labels.get(DIAL_OWNER), session.labels.get(DIAL_ID)
+            if owner is not None and sid is not None and valid_session_id(sid):
+                self._owners.setdefault(owner, {})[sid] = _Entry(session=session)
+                count += 1
+        return count
+
     def _alive(self, entry: _Entry) -> bool:
         if entry.session is None:
             return not entry.closed
@@ -90,7 +107,14 @@ class Registry:
             del entries[sid]
         return entries
 
-    async def open(self, owner: str, session_id: str | None) -> str:
+    async def open(
+        self,
+        owner: str,
+        session_id: str | None,
+        *,
+        network: SandboxNetwork = NO_NETWORK,
+        template: str = "",
+    ) -> str:
         """Open a session for ``owner``; returns its id.
 
         Raises:
@@ -105,11 +129,14 @@ class Registry:
         self._check_room(entries)
         entry = entries[sid] = _Entry()
         try:
-            session = await self._engine.open_session()
+            session = await self._engine.open_session(
+                tenant=owner, network=network, template=template
+            )
         except BaseException:
             entries.pop(sid, None)
             raise
         entry.session = session
+        session.labels.update({DIAL_OWNER: owner, DIAL_ID: sid})  # found again after a restart
         if entry.closed:  # closed while it was opening; nothing may outlive the close
             with anyio.CancelScope(shield=True):
                 await session.close()
@@ -163,7 +190,7 @@ class Registry:
 
     @contextlib.asynccontextmanager
     async def temporary(self, owner: str) -> AsyncIterator[SessionAPI]:
-        """A session nobody else can name, closed on every way out (dial-api.md §5.8).
+        """A session nobody else can name, closed on every way out (docs/dial.md §5.8).
 
         It counts against ``owner``'s sessions while it lives.
 
@@ -176,7 +203,8 @@ class Registry:
         name = f"\x00temporary-{uuid.uuid4().hex}"
         entries[name] = _Entry()
         try:
-            session = await self._engine.open_session()
+            session = await self._engine.open_session(tenant=owner)
+            session.keep_on_shutdown = False
             entries[name].session = session
             try:
                 yield session

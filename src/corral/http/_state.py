@@ -6,91 +6,26 @@ HTTP layer calls (docs/engine-api.md), nothing below it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, field
 
-import anyio
 from fastapi import Request
 
 from corral._config import Config
-from corral._limits import Limits
-from corral.engine import ExecutionResult, FileInfo, OutputListener
 from corral.http._auth import Caller, Keyring
+from corral.http._container_session import ContainerSession
+from corral.http._engine_api import EngineAPI
 from corral.http._metrics import Metrics
-
-if TYPE_CHECKING:
-    from corral.http._container import ContainerSession
-    from corral.http._sessions import Registry
-    from corral.http._store import FileStore
+from corral.http._sessions import Registry
+from corral.http._store import FileStore
+from corral.network import NetworkCeiling
 
 __all__ = [
-    "EngineAPI",
-    "FileLike",
     "Gateway",
-    "SessionAPI",
     "State",
     "caller_of",
     "require_caller",
     "state_of",
 ]
-
-
-class FileLike(Protocol):
-    """A listed session file: ``corral._fs.FileEntry`` or ``corral.engine.FileInfo``."""
-
-    @property
-    def path(self) -> str: ...
-
-    @property
-    def size(self) -> int: ...
-
-
-class SessionAPI(Protocol):
-    """A stateful engine session (``corral.engine.Session``)."""
-
-    @property
-    def id(self) -> str: ...
-
-    async def run(
-        self,
-        code: str,
-        *,
-        limits: Limits | None = None,
-        cancel: anyio.Event | None = None,
-        on_output: OutputListener | None = None,
-        tenant: str = "",
-    ) -> ExecutionResult: ...
-
-    async def put_file(self, path: str, data: bytes | AsyncIterable[bytes]) -> FileInfo: ...
-
-    async def get_file(self, path: str) -> bytes: ...
-
-    async def open_file(self, path: str) -> tuple[int, int]: ...
-
-    async def list_files(self, *, max_entries: int = ...) -> Sequence[FileLike]: ...
-
-    async def close(self) -> None: ...
-
-
-class EngineAPI(Protocol):
-    """The engine (``corral.engine.Engine``), started by whoever built the app."""
-
-    async def run(
-        self,
-        code: str,
-        *,
-        limits: Limits | None = None,
-        cancel: anyio.Event | None = None,
-        on_output: OutputListener | None = None,
-        tenant: str = "",
-    ) -> ExecutionResult: ...
-
-    async def open_session(self) -> Any: ...
-
-    def get_session(self, session_id: str) -> Any: ...
-
-    def statistics(self) -> Any: ...
 
 
 @dataclass(slots=True)
@@ -111,6 +46,8 @@ class State:
     metrics: Metrics
     gateway: Gateway | None = None
     container: ContainerSession | None = None
+    network: NetworkCeiling = field(default_factory=NetworkCeiling)
+    """The server's ``[network]`` ceiling (empty: no sandbox has a network)."""
 
     @property
     def keyring(self) -> Keyring:

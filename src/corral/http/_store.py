@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import secrets
 import sqlite3
 import time
@@ -26,6 +27,8 @@ from corral.errors import BucketFull, FileTooLarge
 __all__ = ["FileStore", "StoredFile"]
 
 _BATCH = 1024 * 1024  # bytes gathered before one write in a worker thread
+_FILE_MODE = 0o600
+_FOLDER_MODE = 0o700
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
     bucket TEXT NOT NULL,
@@ -70,13 +73,18 @@ class FileStore:
         ``bucket_quota`` bounds the bytes one bucket holds (None: unbounded): the host's disk
         is shared by every key, so no key may fill it.
 
-        The folder is 0700 and its files 0600: uploads are tenants' data (SQLite gives its
-        -wal and -shm files the database's own mode).
+        The folder and every folder in it are 0700 and its files 0600: uploads are tenants'
+        data (SQLite gives its -wal and -shm files the database's own mode). Blob folders an
+        older corral made 0755 are tightened here.
         """
         self._blobs = folder / "blobs"
         self._quota = bucket_quota
         _fs.make_private_dir(folder)
         _fs.make_private_dir(self._blobs)
+        with os.scandir(self._blobs) as folders:
+            for folder_entry in folders:
+                if folder_entry.is_dir(follow_symlinks=False):
+                    _fs.make_private_dir(folder_entry.path)
         self._db = folder / "files.sqlite3"
         _fs.create_private_file(self._db)
         with self._connect() as db:
@@ -135,7 +143,9 @@ class FileStore:
         bound = max_bytes if room is None else room if max_bytes is None else min(max_bytes, room)
         blob = f"{secrets.token_hex(1)}/{secrets.token_hex(16)}"
         writer = await anyio.to_thread.run_sync(
-            lambda: _fs.AtomicWriter(self._blobs, blob, max_bytes=bound, mode=0o600)
+            lambda: _fs.AtomicWriter(
+                self._blobs, blob, max_bytes=bound, mode=_FILE_MODE, dir_mode=_FOLDER_MODE
+            )
         )
         digest = hashlib.sha256()
         try:

@@ -1,7 +1,7 @@
 """Moving files between a session and the files store, and uploads into a session.
 
 Shared by the ``upload_file`` and ``transfer_*`` operations and by ``execute_code``'s
-``inputFiles``/``outputFiles``, with DIAL Core's checks in DIAL Core's order (dial-api.md §5.6).
+``inputFiles``/``outputFiles``, with DIAL Core's checks in DIAL Core's order (docs/dial.md §5.6).
 Errors DIAL relays from its interpreter container (``Bad path``, ``File not found``, ``File too
 large``) keep the container's JSON body; the gateway's own are plain text.
 """
@@ -11,16 +11,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import NoReturn
 
-from corral.errors import FileTooLarge, InvalidPath, SessionDiskFull
+from corral.errors import AccessDenied, FileTooLarge, InvalidPath, SessionDiskFull
 from corral.http._auth import Caller
+from corral.http._engine_api import SessionAPI
 from corral.http._errors import fail
 from corral.http._files_api import FileUrl, guess_type, parse_file_url
 from corral.http._models import InputFile, OutputFile, file_path_ok
 from corral.http._paths import Resolved, bad_path, resolve
-from corral.http._state import SessionAPI, State
+from corral.http._state import State
 from corral.http._store import StoredFile
 
 __all__ = [
+    "access_denied",
     "check_file_path",
     "check_file_url",
     "check_output",
@@ -43,6 +45,12 @@ def file_not_found(relative: str) -> NoReturn:
 
 def too_large() -> NoReturn:
     fail(413, {"detail": "File too large"})
+
+
+def access_denied(relative: str) -> NoReturn:
+    """403 for a folder the sandboxed code made unwritable or unreadable (``chmod 0``); DIAL's
+    container has no answer of its own for it (a 500), so the body is in its JSON shape."""
+    fail(403, {"detail": f"Permission denied: {relative}"})
 
 
 def check_file_path(path: str | None) -> str:
@@ -91,6 +99,8 @@ async def upload_into_session(
         info = await session.put_file(target.relative, data)
     except InvalidPath:
         bad_path(target.absolute)
+    except AccessDenied:
+        access_denied(target.relative)
     except (FileTooLarge, SessionDiskFull):
         too_large()
     return info.size
@@ -131,7 +141,7 @@ async def download_from_session(session: SessionAPI, path: str) -> tuple[Resolve
         file_not_found(source.relative)
     try:
         return source, await session.get_file(source.relative)
-    except (InvalidPath, FileNotFoundError, IsADirectoryError, NotADirectoryError):
+    except (InvalidPath, AccessDenied, FileNotFoundError, IsADirectoryError, NotADirectoryError):
         # A link (inside or out), a folder or nothing: DIAL serves regular files only.
         file_not_found(source.relative)
 
@@ -144,7 +154,7 @@ async def open_in_session(session: SessionAPI, path: str) -> tuple[int, int]:
         file_not_found(source.relative)
     try:
         return await session.open_file(source.relative)
-    except (InvalidPath, FileNotFoundError, IsADirectoryError, NotADirectoryError):
+    except (InvalidPath, AccessDenied, FileNotFoundError, IsADirectoryError, NotADirectoryError):
         file_not_found(source.relative)
 
 
