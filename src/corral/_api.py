@@ -1,6 +1,6 @@
 """The top-level ``corral.Engine``: the engine with ``corral.sources`` ingestion wired in.
 
-The engine sits below the sources layer (design.md §1), so ``corral.engine.Engine`` mounts
+The engine sits below the sources layer (docs/design.md §1), so ``corral.engine.Engine`` mounts
 only ready-made ``Input`` objects. Above both, this subclass turns ``run(sources=...)`` paths
 and bytes into inputs with the same ingestion the CLI and the tools use.
 """

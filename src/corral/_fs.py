@@ -8,8 +8,12 @@ RESOLVE_NO_SYMLINKS``, or a walk with ``O_NOFOLLOW`` descriptors where ``openat2
 A link anywhere in a path makes it :class:`~corral.errors.InvalidPath`; links are never listed.
 
 Read operations treat anything that is not a regular file (missing, a directory, a FIFO, a path
-through a file) as :class:`FileNotFoundError`. Write operations treat a path through a file or
-onto a directory as :class:`~corral.errors.InvalidPath`. The root itself is trusted.
+through a file, one the sandboxed code made unreadable) as :class:`FileNotFoundError`. Write
+operations treat a path through a file or onto a directory as
+:class:`~corral.errors.InvalidPath`. Anything else a permission refuses (a folder the code made
+``chmod 0``, and the root itself when it did so there) is :class:`~corral.errors.AccessDenied`,
+never a bare ``PermissionError``: it is the caller's request that cannot be done, not the
+server that failed. The root itself is trusted not to be a link.
 """
 
 from __future__ import annotations
@@ -17,20 +21,21 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import platform
 import secrets
 import shutil
 import stat as stat_module
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import PurePosixPath
 from types import TracebackType
-from typing import NamedTuple
+from typing import NamedTuple, ParamSpec, TypeVar
 
 import anyio.to_thread
 
-from corral.errors import FileTooLarge, InvalidPath
+from corral.errors import AccessDenied, FileTooLarge, InvalidPath
 
 __all__ = [
     "DEFAULT_MAX_ENTRIES",
@@ -58,6 +63,8 @@ __all__ = [
 ]
 
 StrPath = str | os.PathLike[str]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 TEMP_PREFIX = ".corral-tmp-"
 """Names of in-progress writes where ``O_TMPFILE`` is unavailable; never listed."""
@@ -212,6 +219,27 @@ def _walk_open(dirfd: int, rel: str, flags: int, mode: int) -> int:
 
 
 @contextlib.contextmanager
+def _permitted(rel: object) -> Iterator[None]:
+    """``PermissionError`` (EACCES, EPERM) as :class:`AccessDenied` naming ``rel``."""
+    try:
+        yield
+    except PermissionError as exc:
+        raise AccessDenied(f"{rel}: permission denied") from exc
+
+
+def _typed_permissions(func: Callable[P, R]) -> Callable[P, R]:
+    """``func(root, rel, ...)`` with ``PermissionError`` as :class:`AccessDenied` naming
+    ``rel`` (the root when there is none)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with _permitted(args[1] if len(args) > 1 else "."):
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+@contextlib.contextmanager
 def _root_fd(root: StrPath) -> Iterator[int]:
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -245,7 +273,7 @@ def open_file(root: StrPath, rel: StrPath) -> tuple[int, int]:
         FileNotFoundError: missing or not a regular file.
     """
     path = validate_relpath(rel)
-    with _root_fd(root) as rfd, _reading(path):
+    with _reading(path), _root_fd(root) as rfd:
         # O_NONBLOCK: opening a FIFO planted by user code must not block the server.
         fd = _open_beneath(rfd, str(path), os.O_RDONLY | os.O_NONBLOCK)
     info = os.fstat(fd)
@@ -294,8 +322,9 @@ def stat(root: StrPath, rel: StrPath) -> os.stat_result:
         os.close(fd)
 
 
-def _open_dir(rfd: int, rel: PurePosixPath, *, create: bool) -> int:
-    """A descriptor of folder ``rel`` (``.`` is the root), creating missing parts if asked.
+def _open_dir(rfd: int, rel: PurePosixPath, *, create: bool, mode: int = 0o755) -> int:
+    """A descriptor of folder ``rel`` (``.`` is the root), creating missing parts (``mode``,
+    before the umask) if asked.
 
     Raises:
         InvalidPath: a component is a link.
@@ -314,7 +343,7 @@ def _open_dir(rfd: int, rel: PurePosixPath, *, create: bool) -> int:
     try:
         for name in rel.parts:
             with contextlib.suppress(FileExistsError):
-                os.mkdir(name, 0o755, dir_fd=current)
+                os.mkdir(name, mode, dir_fd=current)
             fd = _open_beneath(current, name, flags)
             os.close(current)
             current = fd
@@ -367,12 +396,15 @@ class AtomicWriter:
         mkdirs: bool = True,
         max_bytes: int | None = None,
         mode: int = 0o644,
+        dir_mode: int = 0o755,
     ) -> None:
-        """Open the temporary file (``mode`` is the new file's, before the umask).
+        """Open the temporary file (``mode`` is the new file's and ``dir_mode`` that of folders
+        made for it, before the umask).
 
         Raises:
             InvalidPath: malformed, through a link or a regular file.
             FileNotFoundError: the folder is missing and ``mkdirs`` is false.
+            AccessDenied: a permission refuses it (a folder of the path is not writable).
         """
         self.path = validate_relpath(rel)
         self.size = 0
@@ -380,13 +412,14 @@ class AtomicWriter:
         self._mode = mode
         self._temp: str | None = None
         self._done = False
-        with _root_fd(root) as rfd:
+        with _permitted(self.path), _root_fd(root) as rfd:
             try:
-                self._dirfd = _open_dir(rfd, self.path.parent, create=mkdirs)
+                self._dirfd = _open_dir(rfd, self.path.parent, create=mkdirs, mode=dir_mode)
             except NotADirectoryError as exc:
                 raise InvalidPath(f"{self.path}: a parent is not a folder") from exc
         try:
-            self._fd = self._create()
+            with _permitted(self.path):
+                self._fd = self._create()
         except BaseException:
             os.close(self._dirfd)
             raise
@@ -424,6 +457,7 @@ class AtomicWriter:
 
         Raises:
             InvalidPath: a folder (or anything but a file or link) holds the target name.
+            AccessDenied: the folder stopped being writable meanwhile.
         """
         try:
             os.fsync(self._fd)
@@ -436,9 +470,10 @@ class AtomicWriter:
                     follow_symlinks=True,
                 )
             try:
-                os.rename(
-                    self._temp, self.path.name, src_dir_fd=self._dirfd, dst_dir_fd=self._dirfd
-                )
+                with _permitted(self.path):
+                    os.rename(
+                        self._temp, self.path.name, src_dir_fd=self._dirfd, dst_dir_fd=self._dirfd
+                    )
             except OSError as exc:
                 if exc.errno in (errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY, errno.EEXIST):
                     raise InvalidPath(f"{self.path}: a folder has this name") from exc
@@ -493,6 +528,7 @@ def write_atomic(
         return writer.commit()
 
 
+@_typed_permissions
 def delete(root: StrPath, rel: StrPath) -> None:
     """Remove a file, or a link itself (never what it points to).
 
@@ -594,6 +630,7 @@ DEFAULT_MAX_ENTRIES = 10_000
 _SCAN_FACTOR = 10  # entries looked at per entry returned: bounds a walk through empty folders
 
 
+@_typed_permissions
 def list_files(root: StrPath, *, max_entries: int | None = DEFAULT_MAX_ENTRIES) -> Listing:
     """Regular files below ``root``, sorted by path: at most ``max_entries`` of them.
 
@@ -622,6 +659,7 @@ def list_files(root: StrPath, *, max_entries: int | None = DEFAULT_MAX_ENTRIES) 
     return found
 
 
+@_typed_permissions
 def disk_usage(root: StrPath) -> int:
     """Bytes allocated below ``root`` (files, folders and links, none followed)."""
     with _root_fd(root) as rfd:
@@ -638,6 +676,7 @@ def _parent_fd(rfd: int, path: PurePosixPath) -> int:
         raise _missing(path) from exc
 
 
+@_typed_permissions
 def lstat(root: StrPath, rel: StrPath) -> os.stat_result:
     """``lstat`` of anything below ``root`` (``.`` is the root), never following a link.
 
@@ -657,6 +696,7 @@ def lstat(root: StrPath, rel: StrPath) -> os.stat_result:
         os.close(dirfd)
 
 
+@_typed_permissions
 def list_dir(
     root: StrPath, rel: StrPath, *, depth: int, max_entries: int
 ) -> list[tuple[str, os.stat_result]]:
@@ -703,6 +743,7 @@ def list_dir(
     return found
 
 
+@_typed_permissions
 def make_dir(root: StrPath, rel: StrPath) -> bool:
     """Create folder ``rel`` and its missing parents; False when it already existed.
 
@@ -725,6 +766,7 @@ def make_dir(root: StrPath, rel: StrPath) -> bool:
     return True
 
 
+@_typed_permissions
 def move(root: StrPath, source: StrPath, destination: StrPath) -> None:
     """Rename ``source`` to ``destination`` (creating its folder), a link as itself.
 
@@ -754,6 +796,7 @@ def move(root: StrPath, source: StrPath, destination: StrPath) -> None:
             os.close(src_dir)
 
 
+@_typed_permissions
 def remove_tree(root: StrPath, rel: StrPath) -> None:
     """Remove a file, a link itself, or a folder with everything in it (links unfollowed).
 

@@ -22,7 +22,7 @@ class Limits:
     timeout: float = 30.0
     """Seconds for queue + start + run together; there is no unlimited.
 
-    The one default timeout (seed 002's ``timeoutMs 30000``): the Python API, the CLI, the
+    The one default timeout (``timeoutMs 30000``, docs/design.md §4): the Python API, the CLI, the
     server (``[engine] timeout``, ``CORRAL_TIMEOUT``), the tools and MCP all start from it; a
     request's own ``timeout`` may lower it, never raise it past the server's."""
     code_chars: int = 20_000
@@ -32,7 +32,9 @@ class Limits:
     output_bytes: int = 192_000
     """Aggregate UTF-8 bytes of stdout + stderr + result after the per-channel ceilings."""
     memory_bytes: int = 1024 * _MIB
-    """Address space a run may add on top of the preloaded runtime."""
+    """Memory a run may use on top of the preloaded runtime: each process's address space,
+    and, where cgroups are in force, the sum of all its processes and the kernel memory they
+    cause (docs/cgroups.md)."""
     pids: int = 64
     """Processes and threads the worker may hold at once."""
     work_bytes: int = 128 * _MIB

@@ -8,8 +8,11 @@ What follows are infrastructure failures and caller mistakes that have no result
       + IsolationError    the host cannot build the sandbox (`corral doctor` says why)
       + WorkerError       WorkerCrashed · WorkerProtocolError · ZygoteUnavailable
       + EngineError       EngineClosed · SessionClosed · SessionExists · SessionNotFound · Busy
-                          · InvalidPath · SessionDiskFull · BucketFull · FileTooLarge
-                          · FileNotReturned
+                          · InvalidPath · AccessDenied · SessionDiskFull · BucketFull
+                          · FileTooLarge · FileNotReturned · NetworkUnavailable
+                          · LanguageUnavailable
+      + NetworkPolicyError  a network entry or request the server cannot honour
+      + TemplateError     TemplateNotFound · TemplateBuildFailed (a template's name or steps)
       + SourceError       SourceNotFound · UnsupportedSource · SourceTooLarge
       + ToolError         UnknownTool · ToolNameTaken · QuotaExceeded · InvalidToolInput
       + RemoteError       RemoteUnavailable > RemoteTimeout · RemoteStatusError > RemoteAuthError
@@ -19,6 +22,7 @@ What follows are infrastructure failures and caller mistakes that have no result
 from __future__ import annotations
 
 __all__ = [
+    "AccessDenied",
     "BucketFull",
     "Busy",
     "ConfigError",
@@ -31,6 +35,9 @@ __all__ = [
     "InvalidRequest",
     "InvalidToolInput",
     "IsolationError",
+    "LanguageUnavailable",
+    "NetworkPolicyError",
+    "NetworkUnavailable",
     "QuotaExceeded",
     "RemoteAuthError",
     "RemoteError",
@@ -42,9 +49,14 @@ __all__ = [
     "SessionDiskFull",
     "SessionExists",
     "SessionNotFound",
+    "SnapshotError",
+    "SnapshotNotFound",
     "SourceError",
     "SourceNotFound",
     "SourceTooLarge",
+    "TemplateBuildFailed",
+    "TemplateError",
+    "TemplateNotFound",
     "ToolError",
     "ToolNameTaken",
     "UnknownTool",
@@ -104,6 +116,15 @@ class SessionNotFound(EngineError):
     """No session has this id (or it belongs to someone else)."""
 
 
+class SnapshotNotFound(EngineError):
+    """No snapshot or paused state has this id (or it belongs to someone else)."""
+
+
+class SnapshotError(EngineError):
+    """A snapshot or paused state cannot be used: corrupt, foreign, of another format
+    version, or it could not be written; the message says which."""
+
+
 class Busy(EngineError):
     """The run queue is full; retry later.
 
@@ -118,6 +139,11 @@ class Busy(EngineError):
 
 class InvalidPath(EngineError):
     """A session file path is malformed, escapes the session folder or crosses a symlink."""
+
+
+class AccessDenied(EngineError):
+    """The sandbox's user may not do this to a session path: its code took the permission
+    away (``chmod 0`` on a folder). The caller's request, not the server, is at fault."""
 
 
 class SessionDiskFull(EngineError):
@@ -137,6 +163,46 @@ class FileNotReturned(EngineError, LookupError):
 
     Also a ``LookupError``, as a missing key is.
     """
+
+
+class NetworkUnavailable(EngineError):
+    """A sandbox was to have a network, and this server cannot give it one now."""
+
+
+class LanguageUnavailable(EngineError, ValueError):
+    """A run asked for a language corral does not know, or whose toolchain this host lacks
+    (``corral doctor`` lists what is served)."""
+
+
+class NetworkPolicyError(CorralError, ValueError):
+    """A network entry or request that cannot be honoured (a malformed entry, more than the
+    server's ceiling); ``entry`` names the one at fault."""
+
+    def __init__(self, message: str, entry: str = "") -> None:
+        super().__init__(message)
+        self.entry = entry
+
+
+class TemplateError(CorralError, ValueError):
+    """A template that cannot be built or used as asked: a bad name, a step corral cannot
+    run (an OS package, a Docker image), a layer past its bounds."""
+
+
+class TemplateNotFound(TemplateError, LookupError):
+    """No template of that name, or none this caller may use."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"template {name!r} not found")
+        self.name = name
+
+
+class TemplateBuildFailed(TemplateError):
+    """A build step failed; ``log`` is what it printed, ``step`` which step it was."""
+
+    def __init__(self, message: str, *, step: int = -1, log: str = "") -> None:
+        super().__init__(message)
+        self.step = step
+        self.log = log
 
 
 class SourceError(CorralError):

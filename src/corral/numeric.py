@@ -1,4 +1,4 @@
-"""Deliberate number normalisation and missing-aware aggregates (seed §12.9).
+"""Deliberate number normalisation and missing-aware aggregates (docs/code-interpreter.md §9).
 
 Importable inside the sandbox: standard library only, no other corral module. Missing data
 stays missing: a mean over ``[9, None, 7.5]`` must say how the gap was handled, never read it

@@ -1,6 +1,7 @@
 """Batch input lines and output records.
 
-An input line is ``{"id", "code", "stdin"?, "timeout"?}``; an output record is ``{"id", ...the
+An input line is ``{"id", "code", "stdin"?, "timeout"?, "language"?}`` (``language``: a
+SandboxFusion name the engine serves, ``python`` by default); an output record is ``{"id", ...the
 full ExecutionResult..., "node"}``. A line that is not such an object still gets a record, with
 outcome ``invalid_input`` and the reason, so one bad line never aborts a batch.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral._limits import Limits
-from corral.engine import ExecutionResult
+from corral.engine import LANGUAGE_NAMES, ExecutionResult
 
 __all__ = [
     "BatchItem",
@@ -32,7 +33,7 @@ Record = dict[str, Any]
 """One output line: the item's id, the full result, and the node that ran it."""
 
 _ID_TYPES = (str, int)
-_FIELDS = frozenset({"id", "code", "stdin", "timeout"})
+_FIELDS = frozenset({"id", "code", "stdin", "timeout", "language"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,12 +46,22 @@ class BatchItem:
     """Standard input, then EOF; None: EOF at once."""
     timeout: float | None = None
     """Seconds for this run (its own running time, not its wait); None: the engine's."""
+    language: str = "python"
+    """The program's language (``Engine.languages`` says which are served)."""
 
     def limits(self, base: Limits) -> Limits:
         return base if self.timeout is None else base.replace(timeout=self.timeout)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "code": self.code, "stdin": self.stdin, "timeout": self.timeout}
+        data: dict[str, Any] = {
+            "id": self.id,
+            "code": self.code,
+            "stdin": self.stdin,
+            "timeout": self.timeout,
+        }
+        if self.language != "python":
+            data["language"] = self.language
+        return data
 
 
 def parse_item(raw: Any) -> BatchItem | str:
@@ -63,8 +74,11 @@ def parse_item(raw: Any) -> BatchItem | str:
         return "a line must be a JSON object with id and code"
     unknown = sorted(str(k) for k in raw if k not in _FIELDS)
     if unknown:
-        return f"unknown field {unknown[0]!r} (a line has id, code, stdin, timeout)"
+        return f"unknown field {unknown[0]!r} (a line has id, code, stdin, timeout, language)"
     ident, code, stdin, timeout = (raw.get(k) for k in ("id", "code", "stdin", "timeout"))
+    language = raw.get("language", "python")
+    if language not in LANGUAGE_NAMES and language != "python3":
+        return f"language must be one of {', '.join(LANGUAGE_NAMES)}"
     if isinstance(ident, bool) or not isinstance(ident, _ID_TYPES):
         return "id must be a string or an integer"
     if not isinstance(code, str):
@@ -77,7 +91,7 @@ def parse_item(raw: Any) -> BatchItem | str:
         if not 0 < timeout < math.inf:
             return "timeout must be positive"
         timeout = float(timeout)
-    return BatchItem(id=ident, code=code, stdin=stdin, timeout=timeout)
+    return BatchItem(id=ident, code=code, stdin=stdin, timeout=timeout, language=language)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from corral._limits import Limits
 from corral.batch._items import BatchItem, Record, host_name, invalid_record, parse_item, record_for
 from corral.engine import Case, Engine, ExecutionResult
+from corral.errors import LanguageUnavailable
 
 __all__ = ["QUEUE_WAIT", "run_item", "run_local", "window_for"]
 
@@ -33,7 +34,12 @@ async def run_item(engine: Engine, item: BatchItem, base: Limits) -> ExecutionRe
     problem) fork from a case server kept for it (``Engine.run_case``)."""
     stdin = None if item.stdin is None else item.stdin.encode("utf-8", "surrogatepass")
     case = Case(stdin=stdin, limits=item.limits(base))
-    return await engine.run_case(item.code, case, queue_timeout=QUEUE_WAIT)
+    try:
+        return await engine.run_case(
+            item.code, case, queue_timeout=QUEUE_WAIT, language=item.language
+        )
+    except LanguageUnavailable as exc:  # a line's mistake is its record, not the batch's end
+        return ExecutionResult(outcome="invalid_input", message=str(exc))
 
 
 _Slot = tuple[Any, "BatchItem | str", "Future[ExecutionResult] | None"]

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from corral.cli._main import EXIT_INVALID, EXIT_OK
+from corral.cli._exit import EXIT_INVALID, EXIT_OK
 
 if TYPE_CHECKING:
     from rich.progress import Progress

@@ -10,14 +10,12 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from corral.cli._exit import EXIT_INVALID, EXIT_OK, EXIT_OTHER
+from corral.cli._template_args import add_template_parser
 from corral.errors import ConfigError, CorralError, IsolationError
 
 __all__ = ["main"]
 
-EXIT_OK = 0
-EXIT_PYTHON_ERROR = 1
-EXIT_INVALID = 2
-EXIT_OTHER = 3
 _CHAT_MODEL = "mistral-medium-latest"  # corral.mistral.DEFAULT_CHAT_MODEL, without importing it
 
 
@@ -30,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = commands.add_parser("run", help="run Python once in a fresh isolated worker")
+    run = commands.add_parser("run", help="run a program once in a fresh isolated worker")
     run.add_argument("file", nargs="?", help="a Python file, or - for standard input")
     run.add_argument("-c", dest="code", metavar="CODE", help="the code to run")
     run.add_argument(
@@ -52,11 +50,30 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="write the files the code makes and its display images (display-1.png, ...) here",
     )
+    run.add_argument(
+        "--network",
+        action="append",
+        default=[],
+        metavar="DOMAIN",
+        help="let the run reach this domain, wildcard (*.example.com), address or CIDR, "
+        "within [network] allow when corral.toml sets one; repeatable",
+    )
+    run.add_argument(
+        "--language",
+        metavar="L",
+        help="the code's language: python, cpp, nodejs, java, rust, go, typescript or bash "
+        "(default: from FILE's suffix, else python; corral doctor lists those served)",
+    )
+    run.add_argument(
+        "--template", metavar="NAME", help="run in a template's sandbox (corral template list)"
+    )
     run.add_argument("--json", action="store_true", help="print the full result as JSON")
     run.add_argument("--config", metavar="FILE", help="corral.toml")
     run.add_argument(
         "args", nargs=argparse.REMAINDER, help="arguments for the code, in its sys.argv[1:]"
     )
+
+    add_template_parser(commands)
 
     commands.add_parser(
         "doctor", help="report the isolation features this kernel offers"
@@ -73,6 +90,12 @@ def _parser() -> argparse.ArgumentParser:
         "--mode",
         choices=["gateway", "container"],
         help="gateway: DIAL Core's operations (default); container: one DIAL container",
+    )
+    serve.add_argument(
+        "--header-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="close a connection that has not sent its whole request head by then (default 10)",
     )
     serve.add_argument("--config", metavar="FILE", help="corral.toml")
 
@@ -154,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     owns_process = argv is None
     args = _parser().parse_args(argv)
     try:
+        _check_the_config(args)
         code = _dispatch(args)
     except BaseException as raised:  # sorted below; anything else is re-raised
         exc = _root_cause(raised)
@@ -188,6 +212,16 @@ def _exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
+def _check_the_config(args: argparse.Namespace) -> None:
+    """Read the configuration before a command imports its modules: a typo in corral.toml is
+    one line at once, not after the second that the server's or the agent SDK's imports take.
+    ``corral run`` reads it itself, with no import worth saving before it."""
+    if args.command != "run" and hasattr(args, "config"):
+        from corral._config import Config
+
+        Config.load(flags={"config": args.config})
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         from corral.cli._run import run_command
@@ -209,6 +243,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from corral.cli._batch import batch_command
 
         return batch_command(args)
+    if args.command == "template":
+        from corral.cli._template import template_command
+
+        return template_command(args)
     if args.command == "tools":
         from corral.cli._tools import tools_command
 

@@ -13,11 +13,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from corral._config import Config
+from corral._mime import IMAGE_SUFFIXES, TEXT_PLAIN, is_textual
 from corral._uids import DEFAULT_UID_RANGE, UidRange
-from corral.cli._main import EXIT_INVALID, EXIT_OK, EXIT_OTHER, EXIT_PYTHON_ERROR
-from corral.engine import stdlib_only
-from corral.errors import CorralError, SourceError
+from corral.cli._exit import EXIT_INVALID, EXIT_OK, EXIT_OTHER, EXIT_PYTHON_ERROR
+from corral.engine import PYTHON_NAMES, Languages, language_for_path, stdlib_only
+from corral.errors import (
+    ConfigError,
+    CorralError,
+    LanguageUnavailable,
+    NetworkPolicyError,
+    SourceError,
+)
 from corral.sandbox import DEFAULT_PRELOAD, prelaunched
+from corral.templates import TemplateStore
+
+if TYPE_CHECKING:
+    from corral.network import NetworkCeiling, SandboxNetwork
 
 if TYPE_CHECKING:
     from corral.engine import ExecutionResult, Input, OutputEvent
@@ -59,9 +70,6 @@ def _inputs(paths: list[str]) -> tuple[list[Input], dict[str, str]]:
     return inputs, names
 
 
-_IMAGE_SUFFIXES = {"image/png": ".png", "image/jpeg": ".jpg", "image/svg+xml": ".svg"}
-
-
 def _save_outputs(result: ExecutionResult, out_dir: Path) -> list[str]:
     """Write the run's files and display images into ``out_dir``; one note per item.
 
@@ -84,15 +92,13 @@ def _save_outputs(result: ExecutionResult, out_dir: Path) -> list[str]:
             continue
         notes.append(f"[file: {info.path} -> {out_dir / info.path} ({info.size} bytes)]")
     for number, bundle in enumerate(result.display, 1):
-        kind = next((k for k in _IMAGE_SUFFIXES if isinstance(bundle.get(k), str)), None)
+        kind = next((k for k in IMAGE_SUFFIXES if isinstance(bundle.get(k), str)), None)
         if kind is None:
             continue
-        name = f"display-{number}{_IMAGE_SUFFIXES[kind]}"
+        name = f"display-{number}{IMAGE_SUFFIXES[kind]}"
         text = str(bundle[kind])
         try:
-            data = (
-                text.encode() if kind == "image/svg+xml" else base64.b64decode(text, validate=True)
-            )
+            data = text.encode() if is_textual(kind) else base64.b64decode(text, validate=True)
             _fs.write_atomic(out_dir, name, data)
         except (binascii.Error, ValueError, OSError, CorralError) as exc:
             notes.append(f"[display {number}: {kind} not written: {exc}]")
@@ -121,20 +127,20 @@ def _print_human(result: ExecutionResult, saved: list[str] | None, *, streamed: 
     if not streamed:
         sys.stdout.write(result.stdout)
     if result.result:
-        text = result.result.get("text/plain", "")
+        text = result.result.get(TEXT_PLAIN, "")
         sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
     sys.stdout.flush()
     if not streamed:
         sys.stderr.write(result.stderr)
     written = {line.split(":", 1)[0] for line in saved or ()}
     for number, entry in enumerate(result.display, 1):
-        text = entry.get("text/plain")
-        if isinstance(text, str) and text and not any(k in _IMAGE_SUFFIXES for k in entry):
+        text = entry.get(TEXT_PLAIN)
+        if isinstance(text, str) and text and not any(k in IMAGE_SUFFIXES for k in entry):
             sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
         elif f"[display {number}" not in written:
-            kinds = ", ".join(sorted(k for k in entry if k != "text/plain"))
+            kinds = ", ".join(sorted(k for k in entry if k != TEXT_PLAIN))
             hint = "; --out-dir DIR saves it" if saved is None else ""
-            sys.stderr.write(f"[display {number}: {kinds or 'text/plain'}{hint}]\n")
+            sys.stderr.write(f"[display {number}: {kinds or TEXT_PLAIN}{hint}]\n")
     if saved is None:
         for info in result.files:
             sys.stderr.write(f"[file: {info.path} ({info.size} bytes); --out-dir DIR saves it]\n")
@@ -149,6 +155,33 @@ def _print_human(result: ExecutionResult, saved: list[str] | None, *, streamed: 
         sys.stderr.write(f"[{result.outcome}] {result.message}\n")
 
 
+def _network(config: Config, asked: list[str]) -> tuple[NetworkCeiling, SandboxNetwork] | None:
+    """The ceiling and the run's policy ``--network`` asks for (None: no network).
+
+    On the command line its user is the operator: without a ``[network] allow`` in
+    ``corral.toml``, what ``--network`` names is the ceiling too (``deny``, ``hosts`` and
+    ``private_allow`` still apply). With one, ``--network`` must stay inside it.
+
+    Raises:
+        ConfigError, NetworkPolicyError: a bad entry, or one beyond ``[network] allow``.
+    """
+    if not asked:
+        return None
+    ceiling = config.network_ceiling()
+    if not ceiling.enabled:
+        ceiling = config.replace(allow=tuple(asked)).network_ceiling()
+    return ceiling, ceiling.subset(asked)
+
+
+def _language(args: argparse.Namespace) -> str:
+    """``--language``, else what FILE's suffix names, else python."""
+    if args.language:
+        return str(args.language)
+    if args.code is None and args.file not in (None, "-"):
+        return language_for_path(args.file) or "python"
+    return "python"
+
+
 def run_command(args: argparse.Namespace) -> int:
     try:
         code = _read_code(args)
@@ -157,6 +190,16 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"corral run: {exc}", file=sys.stderr)
         return EXIT_INVALID
     config = Config.load(flags={"config": args.config})
+    language = _language(args)
+    # Python needs no toolchain: its zygote binds none (and so is the one started ahead).
+    languages = Languages.none("corral run of Python uses none")
+    if language not in PYTHON_NAMES:
+        languages = config.languages()
+        try:
+            languages.get(language)
+        except LanguageUnavailable as exc:
+            print(f"corral run: {exc}", file=sys.stderr)
+            return EXIT_INVALID
     limits = config.limits()
     if args.timeout is not None:
         if not args.timeout > 0:
@@ -166,18 +209,33 @@ def run_command(args: argparse.Namespace) -> int:
     if names and not args.json:
         for ident, name in names.items():
             print(f"[source {name}: /inputs/{ident}.txt]", file=sys.stderr)
+    try:
+        network = _network(config, args.network)
+    except (ConfigError, NetworkPolicyError) as exc:
+        print(f"corral run: --network: {exc}", file=sys.stderr)
+        return EXIT_INVALID
 
     # One run, one zygote: code that imports only the standard library needs none of the
     # preloaded packages (whose import is most of an engine's start), other code no lean one.
-    preload = () if stdlib_only(code) else DEFAULT_PRELOAD
+    template = args.template or ""
+    if template and TemplateStore(config.data_dir).find(template) is None:
+        print(f"corral run: template {template!r} not found", file=sys.stderr)
+        return EXIT_INVALID
+    # With a template, the run's zygote is the template's: the default one preloads nothing.
+    python = language in PYTHON_NAMES
+    preload = () if not python or stdlib_only(code) or template else DEFAULT_PRELOAD
     uids = UidRange(*config.uid_range) if config.uid_range else DEFAULT_UID_RANGE
 
     # The zygote starts first, on another CPU, while this process imports anyio and the
     # engine; the engine adopts it (the full zygote's share of the uids, as Engine splits them).
-    with prelaunched(preload=preload, uids=uids.split()[0], prewarm=False):
+    packages = config.package_sources()
+    # The toolchains' folders, as the engine binds them, or it would not adopt this zygote.
+    files = dataclasses.replace(packages.sandbox_files(), toolchains=languages.binds())
+    with prelaunched(preload=preload, uids=uids.split()[0], prewarm=False, files=files):
         import anyio
 
         from corral.engine import Engine
+        from corral.network import NO_NETWORK, Egress
 
         async def once() -> ExecutionResult:
             # Nothing for a second run: the probe's worker serves this one, no spare is made,
@@ -190,12 +248,23 @@ def run_command(args: argparse.Namespace) -> int:
                 preload=preload,
                 uid_range=uids,
                 limits=limits,
+                egress=None if network is None else Egress(network[0]),
+                packages=packages,
+                languages=languages,
+                templates=TemplateStore(config.data_dir),
             )
             async with engine:
                 # Live output for a person at a terminal; --json prints one document at the end.
                 listener = None if args.json else _print_live
                 return await engine.run(
-                    code, inputs=inputs, limits=limits, argv=_argv(args), on_output=listener
+                    code,
+                    inputs=inputs,
+                    limits=limits,
+                    argv=_argv(args),
+                    on_output=listener,
+                    network=NO_NETWORK if network is None else network[1],
+                    language=language,
+                    template=template,
                 )
 
         result = anyio.run(once)
@@ -211,7 +280,10 @@ def run_command(args: argparse.Namespace) -> int:
         for line in saved or ():
             print(line, file=sys.stderr)
     else:
-        _print_human(result, saved, streamed=True)
+        # A program that never ran (its compile failed) streamed nothing: its compiler's
+        # messages are the result's own.
+        ran = result.compile is None or result.compile.return_code == 0
+        _print_human(result, saved, streamed=ran)
     if result.outcome == "ok":
         return EXIT_OK
     if result.outcome == "python_error":

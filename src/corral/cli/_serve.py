@@ -18,7 +18,7 @@ import anyio
 
 from corral import _fs
 from corral._config import ApiKey, Config
-from corral.cli._main import EXIT_OK
+from corral.cli._exit import EXIT_OK
 from corral.e2b import new_e2b_key
 
 __all__ = ["local_api_key", "mcp_command", "serve_command"]
@@ -92,7 +92,13 @@ def serve_command(args: argparse.Namespace) -> int:
     from corral.http import serve_async
 
     config = Config.load(
-        flags={"config": args.config, "host": args.host, "port": args.port, "mode": args.mode}
+        flags={
+            "config": args.config,
+            "host": args.host,
+            "port": args.port,
+            "mode": args.mode,
+            "header_timeout": args.header_timeout,
+        }
     )
     # Bound first: a port in use is one line at once, not an error after the engine started.
     sock = listen(config.bind_host, config.bind_port)

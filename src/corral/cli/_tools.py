@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Mapping
 import anyio
 
 from corral._config import Config
-from corral.cli._main import EXIT_INVALID, EXIT_OK, EXIT_PYTHON_ERROR
+from corral.cli._exit import EXIT_INVALID, EXIT_OK, EXIT_PYTHON_ERROR
 from corral.engine import Engine
 from corral.mistral import (
     DEFAULT_CHAT_MODEL,

@@ -15,6 +15,7 @@ from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
 from starlette.applications import Starlette
 from starlette.types import Message, Receive, Scope, Send
 
+from corral import _fs
 from corral._config import Config
 from corral.engine import Engine
 from corral.mcp._server import CorralServer, build_server
@@ -173,7 +174,7 @@ async def serve_mcp(
     """
     tool_config = CodeInterpreterConfig.from_toml(config.raw_toml)
     options = McpOptions.from_toml(config.raw_toml)
-    config.data_dir.mkdir(parents=True, exist_ok=True)
+    _fs.make_private_dir(config.data_dir)
     if http_port is not None:
         async with Engine(**config.engine_options()) as engine:
             await serve_http(

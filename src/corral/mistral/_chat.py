@@ -56,7 +56,8 @@ class ChatSession:
             self.messages.append({"role": "system", "content": system})
 
     def build_request(self) -> dict[str, Any]:
-        """The next chat completions body: history, plus tools through the §4.8 filter."""
+        """The next chat completions body: history, plus tools through the server-tool filter
+        (docs/mistral.md §4.8)."""
         declared = export_tools(self._registry.active(), "mistral")
         tools = filter_chat_completions_tools(
             [*declared, *self._server_tools], self._warn, self._warned

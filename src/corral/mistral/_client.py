@@ -1,4 +1,7 @@
-"""The one HTTP client for Mistral's API: plain httpx, typed errors, no retries (spec §2)."""
+"""The one HTTP client for Mistral's API: plain httpx, typed errors, no retries.
+
+What it sends and how it reads the answers: docs/mistral.md §2.
+"""
 
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ CONVERSATION_TIMEOUT = 120.0  # seconds; what Mistral's own agent allows a web s
 CONNECTOR_TIMEOUT = 30.0  # seconds per connector list, tools or call request
 _PAGE_SIZE = 100  # connectors per page; the API's maximum
 _MAX_PAGES = 50  # a keyset cursor that never ends is a server bug, not 5,000 connectors
-_MESSAGE_CHARS = 500  # an extracted error message is capped here (spec §2.1)
+_MESSAGE_CHARS = 500  # an extracted error message is capped here (docs/mistral.md §2.1)
 _RAW_CHARS = 200  # of a non-JSON error body, only the head is worth showing
 
 
@@ -47,7 +50,8 @@ _TASKS = {"code_interpreter": "run Python code"}  # every other built-in tool se
 
 
 def instructions_for(tool_type: str) -> str:
-    """The fixed top-level ``instructions``: the only lever that makes the tool run (§3.2)."""
+    """The fixed top-level ``instructions``: the only lever that makes the tool run
+    (docs/mistral.md §3.2)."""
     task = _TASKS.get(tool_type, "search the web")
     return f"Always use the {tool_type} tool to {task} before answering. Never answer from memory."
 
@@ -122,7 +126,7 @@ class MistralClient:
         await self.aclose()
 
     async def create_conversation(self, tool_type: str, content: str, model: str) -> Any:
-        """One stateless ``POST /v1/conversations`` with one built-in tool (spec §3.2).
+        """One stateless ``POST /v1/conversations`` with one built-in tool (docs/mistral.md §3.2).
 
         Returns the decoded JSON body, whatever its shape; the tools parse it defensively.
 
@@ -277,7 +281,7 @@ def _status_error(response: httpx.Response) -> RemoteStatusError:
 
 
 def parse_error_body(response: httpx.Response) -> tuple[str, str | None]:
-    """Mistral's error body as ``(message, code)``, read defensively (spec §2.1).
+    """Mistral's error body as ``(message, code)``, read defensively (docs/mistral.md §2.1).
 
     ``code`` is compared as a string, so ``3004`` and ``"3004"`` agree. Pydantic ``detail``
     lists, nested in ``message`` or at the top level, flatten to ``loc: msg`` items.

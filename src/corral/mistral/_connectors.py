@@ -1,4 +1,4 @@
-"""Connector discovery and connector tool calls (spec §4.1, §4.2 steps 1-2, §4.5)."""
+"""Connector discovery and connector tool calls (docs/mistral.md §4.1, §4.2, §4.5)."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def unauthenticated_text(connector: str, message: str | None) -> str:
 
 
 async def discover(client: MistralClient) -> Discovery:
-    """List every connector and sort them into authenticated or excluded (spec §4.2)."""
+    """List every connector and sort them into authenticated or excluded (docs/mistral.md §4.2)."""
     found = Discovery()
     try:
         items = await client.list_connectors()

@@ -41,7 +41,7 @@ def matching_entries(response: Any, names: tuple[str, ...]) -> list[dict[str, An
 
 
 def parse_usage(response: Any) -> dict[str, Any]:
-    """The response's usage, with missing counts as 0 and ``cost`` always 0 (spec §3.7).
+    """The response's usage, with missing counts as 0 and ``cost`` always 0 (docs/mistral.md §3.7).
 
     Pay-per-use ``connector_tokens`` cannot be priced locally, so the counts are surfaced in
     full and nothing pretends to know the price.

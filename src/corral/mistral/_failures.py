@@ -1,4 +1,7 @@
-"""Exceptions from the Mistral client, turned into sentences a model can act on (spec §3.8)."""
+"""Exceptions from the Mistral client, turned into sentences a model can act on.
+
+The table of kinds and texts is docs/mistral.md §3.8.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The per-endpoint filter for chat completions ``tools`` arrays (spec §4.8, ADR 0011)."""
+"""The per-endpoint filter for chat completions ``tools`` arrays (docs/mistral.md §4.8)."""
 
 from __future__ import annotations
 

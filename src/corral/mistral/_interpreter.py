@@ -1,4 +1,7 @@
-"""``mistral_code_interpreter``: Python run by Mistral's hosted interpreter (spec §3, ADR 0020)."""
+"""``mistral_code_interpreter``: Python run by Mistral's hosted interpreter.
+
+The request, payload and outcomes are docs/mistral.md §3; why it is a Conversations call, §8.2.
+"""
 
 from __future__ import annotations
 
@@ -56,7 +59,7 @@ class _Execution:
 def parse_code_interpreter(
     response: Any, *, model: str, prompt: str, max_chars: int = DEFAULT_OUTPUT_CHARS
 ) -> ToolResult:
-    """Turn a Conversations response into the tool's result (spec §3.3-3.5, §3.7).
+    """Turn a Conversations response into the tool's result (docs/mistral.md §3.3-3.5, §3.7).
 
     Pure: the same JSON gives the same result. A skip (no execution entry) and an executed
     run with no output are distinct ok results; an unreadable entry fails the whole call.

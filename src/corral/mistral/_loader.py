@@ -1,4 +1,7 @@
-"""The connector loader: one session's connector tools, loaded on demand (spec §4.2-4.6)."""
+"""The connector loader: one session's connector tools, loaded on demand.
+
+Session start, the loader tools, names and state: docs/mistral.md §4.2-4.6.
+"""
 
 from __future__ import annotations
 

@@ -1,15 +1,12 @@
-"""The three loader tools the model calls: load, unload and reload (spec §4.3)."""
+"""The three loader tools the model calls: load, unload and reload (docs/mistral.md §4.3)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from corral.tools import Namespace, Tool, ToolAnnotations, ToolContext, ToolResult
 
-if TYPE_CHECKING:
-    from corral.mistral._loader import ConnectorLoader
-
-__all__ = ["LOADER_NAMESPACE", "LOADER_TOOL_NAMES", "loader_tools"]
+__all__ = ["LOADER_NAMESPACE", "LOADER_TOOL_NAMES", "LoaderActions", "loader_tools"]
 
 LOADER_NAMESPACE = Namespace(
     name="mistral_connectors",
@@ -35,7 +32,17 @@ _CONNECTOR_PARAMETERS: dict[str, Any] = {
 _NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
-def loader_tools(loader: ConnectorLoader, load_description: str) -> tuple[Tool, Tool, Tool]:
+class LoaderActions(Protocol):
+    """What the three tools do: the connector loader's actions."""
+
+    async def load(self, connector: str) -> ToolResult: ...
+
+    async def unload(self, connector: str) -> ToolResult: ...
+
+    async def reload(self) -> ToolResult: ...
+
+
+def loader_tools(loader: LoaderActions, load_description: str) -> tuple[Tool, Tool, Tool]:
     """The loader tools bound to ``loader``; load's description lists the connectors."""
 
     async def load(arguments: dict[str, Any], context: ToolContext) -> ToolResult:

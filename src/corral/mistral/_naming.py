@@ -1,4 +1,4 @@
-"""Collision-free client names for connector tools (spec §4.4)."""
+"""Collision-free client names for connector tools (docs/mistral.md §4.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Registering every Mistral tool of a session in one call (spec §3.1, §4.2, §4.7)."""
+"""Registering every Mistral tool of a session in one call (docs/mistral.md §3.1, §4.2, §4.7)."""
 
 from __future__ import annotations
 

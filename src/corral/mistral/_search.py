@@ -1,4 +1,7 @@
-"""``web_search``: Mistral's built-in web search over one Conversations call (ADR 0018)."""
+"""``web_search``: Mistral's built-in web search over one Conversations call.
+
+The payload and outcomes are docs/mistral.md §3.5-3.6; why it is built so, §8.1.
+"""
 
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ def parse_web_search(
     premium: bool = False,
     max_chars: int = DEFAULT_OUTPUT_CHARS,
 ) -> ToolResult:
-    """Turn a Conversations response into the search result (spec §3.5-3.7).
+    """Turn a Conversations response into the search result (docs/mistral.md §3.5-3.7).
 
     Pure. No execution entry is a skip (worth retrying), never "no results"; an executed
     search with an empty hit map is the genuinely empty result.

@@ -1,4 +1,7 @@
-"""Mistral settings from ``corral.toml`` and the ``MISTRAL_*`` variables (spec §1, §4.7)."""
+"""Mistral settings from ``corral.toml`` and the ``MISTRAL_*`` variables.
+
+Which settings, and which source wins: docs/mistral.md §1 and §4.7.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ __all__ = ["DEFAULT_BASE_URL", "DEFAULT_SEARCH_MODEL", "MistralSettings"]
 
 DEFAULT_BASE_URL = "https://api.mistral.ai"
 DEFAULT_SEARCH_MODEL = "mistral-small-latest"
-DEFAULT_OUTPUT_CHARS = 64_000  # characters; design §5's maxOutputCharacters
+DEFAULT_OUTPUT_CHARS = 64_000  # characters; docs/design.md §4's maxOutputCharacters
 
 _OFF = frozenset({"0", "false", "off"})
 
@@ -46,7 +49,7 @@ class MistralSettings:
         Raises:
             ConfigError: an unknown key under ``[mistral]`` or a value of the wrong type.
         """
-        # The table of fields checks names (snake_case, the spec's camelCase as aliases).
+        # The table of fields checks names (snake_case, camelCase as aliases: docs/mistral.md §1).
         knowledge = table_values(toml, "mistral.knowledge")
         connectors = table_values(toml, "mistral.connector_tools")
         if "mistral" in toml and not isinstance(toml["mistral"], Mapping):
@@ -59,7 +62,7 @@ class MistralSettings:
 
         enabled = connectors.get("enabled")
         if enabled is None:
-            # The file wins over the environment (spec §4.7), so env is only the fallback.
+            # The file wins over the environment (docs/mistral.md §4.7): env is only the fallback.
             raw = env.get("MISTRAL_CONNECTOR_TOOLS", "").strip().lower()
             enabled = raw not in _OFF if raw else True
         elif not isinstance(enabled, bool):

@@ -11,10 +11,10 @@ import codecs
 import csv
 import io
 import json
-import mimetypes
 from dataclasses import dataclass, field
 from typing import Literal, NoReturn
 
+from corral._mime import APPLICATION_JSON, OCTET_STREAM, TEXT_MARKDOWN, TEXT_PLAIN, guess_media_type
 from corral.errors import SourceTooLarge, UnsupportedSource
 from corral.sources._limits import DEFAULT_SOURCE_LIMITS, SourceLimits
 from corral.sources._xlsx import render_workbook
@@ -29,10 +29,10 @@ _MEDIA_TYPES: dict[str, SourceFormat] = {
     "application/csv": "csv",
     "text/tab-separated-values": "tsv",
     _XLSX: "xlsx",
-    "application/json": "json",
+    APPLICATION_JSON: "json",
     "text/json": "json",
-    "text/plain": "text",
-    "text/markdown": "markdown",
+    TEXT_PLAIN: "text",
+    TEXT_MARKDOWN: "markdown",
     "text/x-markdown": "markdown",
 }
 _EXTENSIONS: dict[str, SourceFormat] = {
@@ -50,15 +50,13 @@ _CANONICAL: dict[SourceFormat, str] = {
     "csv": "text/csv",
     "tsv": "text/tab-separated-values",
     "xlsx": _XLSX,
-    "json": "application/json",
-    "text": "text/plain",
-    "markdown": "text/markdown",
+    "json": APPLICATION_JSON,
+    "text": TEXT_PLAIN,
+    "markdown": TEXT_MARKDOWN,
 }
 # Labels that say nothing about the content, so the extension decides. Browsers on Windows
 # send application/vnd.ms-excel for every .csv file.
-_GENERIC = frozenset(
-    {"", "application/octet-stream", "binary/octet-stream", "application/vnd.ms-excel"}
-)
+_GENERIC = frozenset({"", OCTET_STREAM, "binary/octet-stream", "application/vnd.ms-excel"})
 # Longest match first: the UTF-32 LE mark starts with the UTF-16 LE one.
 _BOMS = (
     (codecs.BOM_UTF32_LE, "utf-32"),
@@ -67,7 +65,6 @@ _BOMS = (
     (codecs.BOM_UTF16_LE, "utf-16"),
     (codecs.BOM_UTF16_BE, "utf-16"),
 )
-_BINARY = "application/octet-stream"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,8 +114,7 @@ def _binary_media_type(filename: str, media_type: str | None) -> str:
     declared = _declared(media_type)
     if declared and declared not in _GENERIC:
         return declared
-    guessed = mimetypes.guess_type(_base_name(filename), strict=False)[0]
-    return guessed or _BINARY
+    return guess_media_type(_base_name(filename))
 
 
 def ingest(

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from corral._mime import TEXT_PLAIN
 from corral.engine import Input
 from corral.errors import SourceError, SourceNotFound, SourceTooLarge, UnsupportedSource
 from corral.sources._ingest import ingest
@@ -90,7 +91,7 @@ class SourceRegistry:
         name: str,
         *,
         kind: SourceKind = "read_source",
-        media_type: str = "text/plain",
+        media_type: str = TEXT_PLAIN,
     ) -> Source:
         """Register a text another tool produced (e.g. a successful ``read_source``).
 

@@ -16,7 +16,7 @@ __all__ = ["DEFAULT_CODE_INTERPRETER_CONFIG", "CodeInterpreterConfig"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CodeInterpreterConfig:
-    """The reviewed configuration of the tool (seed 002 §12.1, design.md §5)."""
+    """The reviewed configuration of the tool (docs/code-interpreter.md §1, docs/design.md §4)."""
 
     max_calls: int = DEFAULT_MAX_CALLS
     """Calls per invocation; front ends pass it to :class:`Invocation`."""
@@ -52,7 +52,7 @@ class CodeInterpreterConfig:
     @classmethod
     def from_toml(cls, raw: Mapping[str, Any]) -> CodeInterpreterConfig:
         """Read the ``[code_interpreter]`` table of a parsed ``corral.toml``: snake_case keys
-        (``max_calls``, ``timeout_ms``, ...), the seed's camelCase (``maxCalls``) as aliases.
+        (``max_calls``, ``timeout_ms``, ...), the older camelCase (``maxCalls``) as aliases.
 
         Raises:
             ConfigError: an unknown key or a value that is not a positive integer.

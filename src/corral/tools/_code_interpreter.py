@@ -1,6 +1,6 @@
 """``code_interpreter``: bounded local computation in a fresh isolated worker per call.
 
-The contract of seed 002 §12: input exactly ``{summary, code, sourceIds?}``; checks of
+The contract of docs/code-interpreter.md: input exactly ``{summary, code, sourceIds?}``; checks of
 quota, code size and source ownership run outside Python, before it starts; accepted sources
 are mounted by id; every outcome comes back typed and bounded; progress is metadata only.
 """
@@ -88,8 +88,8 @@ def _parameters(config: CodeInterpreterConfig) -> dict[str, Any]:
                 "type": "array",
                 "items": {"type": "string"},
                 "maxItems": config.max_sources,
-                # No uniqueItems: a repeated id is an unavailable source (seed 002 §12.3),
-                # which the tool reports as such rather than as a schema violation.
+                # No uniqueItems: a repeated id is an unavailable source, which the tool
+                # reports as such rather than as a schema violation (docs/code-interpreter.md §3).
                 "description": "Unique ids of this run's sources to mount read-only.",
             },
         },

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import mimetypes
 import posixpath
 import urllib.parse
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 import anyio
 
 from corral._limits import Limits
+from corral._mime import guess_media_type
 from corral.engine import Engine, ExecutionResult, FileInfo, Outcome, Session
 from corral.errors import (
     Busy,
@@ -121,7 +121,7 @@ def session_file_uri(path: str) -> str:
 
 
 def _media_type(path: str) -> str:
-    return mimetypes.guess_type(path)[0] or "application/octet-stream"
+    return guess_media_type(path, strict=True)
 
 
 async def read_session_file(
@@ -305,7 +305,9 @@ class _Handler:
                     if slot.session is not None:
                         notes.append("The previous session had expired; its state is gone.")
                     try:
-                        slot.session = await self._engine.open_session(limits=limits)
+                        slot.session = await self._engine.open_session(
+                            limits=limits, tenant=invocation.id
+                        )
                     except (Busy, WorkerError) as exc:
                         outcome: Outcome = "busy" if isinstance(exc, Busy) else "worker_error"
                         return self._refuse(outcome, str(exc), code, limits)

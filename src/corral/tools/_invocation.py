@@ -20,7 +20,7 @@ __all__ = ["DEFAULT_MAX_CALLS", "Invocation", "admit_call", "start_call"]
 logger = logging.getLogger("corral.tools")
 
 DEFAULT_MAX_CALLS = 10
-"""Code-running calls one invocation may make (seed 002 §12.1 ``maxCalls``)."""
+"""Code-running calls one invocation may make (``maxCalls``, docs/code-interpreter.md §1)."""
 
 Cleanup = Callable[[], Awaitable[None]]
 

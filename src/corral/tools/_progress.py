@@ -1,10 +1,10 @@
 """Progress without disclosure: metadata-only events for the people watching a call.
 
 Progress is display-only and never part of the model's context, so it must not become a
-second channel for what the call computes (seed 002 §12.8). Events are built from phases,
-clocks and counts alone: never code, stdout, stderr, result, mounted text, source ids, file
-names, paths or exception text. The event type cannot even hold them: every field is a
-phase, a closed outcome name or a number.
+second channel for what the call computes (docs/code-interpreter.md §8). Events are built
+from phases, clocks and counts alone: never code, stdout, stderr, result, mounted text,
+source ids, file names, paths or exception text. The event type cannot even hold them:
+every field is a phase, a closed outcome name or a number.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Literal, NotRequired, TypedDict, get_args
 
+from corral._mime import TEXT_PLAIN
 from corral.engine import ExecutionResult, RunEvent
 
 __all__ = [
@@ -111,7 +112,7 @@ class ProgressReporter:
         event["outcome"] = result.outcome
         event["stdout_chars"] = len(result.stdout)
         event["stderr_chars"] = len(result.stderr)
-        event["result_chars"] = len(result.result.get("text/plain", "")) if result.result else 0
+        event["result_chars"] = len(result.result.get(TEXT_PLAIN, "")) if result.result else 0
         event["omitted_chars"] = OmittedCounts(
             stdout=result.omitted["stdout"],
             stderr=result.omitted["stderr"],

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from corral._mime import BASE64_IMAGE_TYPES, TEXT_PLAIN
 from corral.engine import ExecutionResult
 from corral.tools._result import ImageContent, TextContent, ToolErrorInfo, ToolResult
 
 __all__ = ["CallFacts", "render_execution"]
 
-_IMAGE_TYPES = ("image/png", "image/jpeg")
 _ERROR_MESSAGE_CHARS = 2_000  # an exception message can embed any data; the traceback is in stderr
 _DISPLAY_TEXT_CHARS = 4_000  # per non-image display entry (a DataFrame's text, say)
 _FILES_LISTED = 10  # file names echoed to the model; the rest are counted
@@ -35,8 +35,8 @@ _HEADLINES: dict[str, str] = {
     "busy": "The sandbox queue is full; Python did not start ({message}). Try again shortly.",
     "worker_error": "The sandbox failed; this is not an error in the code ({message}). Retry once.",
 }
-# The "safe statement" of seed 002 §12.6 for ``error.message``: hosts may show it to people
-# and persist it, so it carries the outcome only, never exception text or output.
+# The "safe statement" for ``error.message`` (docs/code-interpreter.md §6): hosts may show it
+# to people and persist it, so it carries the outcome only, never exception text or output.
 _SAFE_STATEMENTS: dict[str, str] = {
     "python_error": "Python executed and returned an exception.",
     "memory_limit": "Python executed and ran out of memory.",
@@ -83,11 +83,11 @@ def _display(result: ExecutionResult) -> tuple[list[str], list[ImageContent], li
     images: list[ImageContent] = []
     notes: list[str] = []
     for index, bundle in enumerate(result.display, 1):
-        kind = next((t for t in _IMAGE_TYPES if isinstance(bundle.get(t), str)), None)
+        kind = next((t for t in BASE64_IMAGE_TYPES if isinstance(bundle.get(t), str)), None)
         if kind is not None:
             images.append(ImageContent(type="image", data=bundle[kind], mimeType=kind))
             continue
-        text = bundle.get("text/plain")
+        text = bundle.get(TEXT_PLAIN)
         if isinstance(text, str) and text:
             shown = text[:_DISPLAY_TEXT_CHARS]
             if len(text) > len(shown):
@@ -114,7 +114,7 @@ def _model_text(
         if text:
             lines.append(f"--- {name}{partial} ---\n{text.rstrip(chr(10))}")
     if result.result:
-        lines.append(f"--- result ---\n{result.result.get('text/plain', '')}")
+        lines.append(f"--- result ---\n{result.result.get(TEXT_PLAIN, '')}")
     lines.extend(sections)
     for channel, count in result.omitted.items():
         if count:
@@ -154,7 +154,7 @@ def _details(result: ExecutionResult, facts: CallFacts) -> dict[str, Any]:
         "source_count": facts.source_count,
         "stdout_chars": len(result.stdout),
         "stderr_chars": len(result.stderr),
-        "result_chars": len(result.result.get("text/plain", "")) if result.result else 0,
+        "result_chars": len(result.result.get(TEXT_PLAIN, "")) if result.result else 0,
         "omitted": dict(result.omitted),
         "display_count": len(result.display),
         "file_count": len(result.files),

@@ -146,7 +146,7 @@ class ToolResult:
         return tuple(b for b in self.content if b["type"] in ("resource", "resource_link"))
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON result object (mistral-tools spec §3.7); what ``corral tools call`` prints."""
+        """The JSON result object (docs/mistral.md §3.7); what ``corral tools call`` prints."""
         return {
             "is_error": self.is_error,
             "error": _copy(self.error),
@@ -157,7 +157,8 @@ class ToolResult:
         }
 
     def to_mcp(self) -> dict[str, Any]:
-        """A ``CallToolResult`` dict; ``details`` and ``usage`` ride in ``_meta`` (spec §5.2)."""
+        """A ``CallToolResult`` dict; ``details`` and ``usage`` ride in ``_meta``
+        (docs/mistral.md §5.2)."""
         data: dict[str, Any] = {
             "content": [dict(b) for b in self.content],
             "isError": self.is_error,
