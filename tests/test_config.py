@@ -62,7 +62,7 @@ def test_defaults_without_file_or_environment(tmp_path: Path) -> None:
     assert config.api_keys == ()
     assert config.create_code_app_roles is None
     assert config.upload_max_size == 536870912
-    assert config.timeout == 30.0  # the one default: Limits.timeout
+    assert config.execution_timeout == 30.0  # the one default: Limits.timeout
     assert config.session_idle_timeout == 600.0
     assert config.session_id is None
     assert config.raw_toml == {}
@@ -223,9 +223,55 @@ def test_one_default_timeout_everywhere() -> None:
     """Seed 002's timeoutMs 30000: the server, the CLI (both Config), the Python API and the
     tools (so MCP) agree."""
     assert DEFAULT_LIMITS.timeout == 30.0
-    assert Config().timeout == DEFAULT_LIMITS.timeout
+    assert Config().execution_timeout == DEFAULT_LIMITS.timeout
     assert Config().limits() == DEFAULT_LIMITS
     assert DEFAULT_CODE_INTERPRETER_CONFIG.timeout_ms / 1000 == DEFAULT_LIMITS.timeout
+
+
+def test_container_mode_keeps_dials_60_second_timeout() -> None:
+    """DIAL's interpreter container hard-codes 60 s; gateway mode keeps the one 30 s default,
+    and a timeout that is set wins in both modes."""
+    assert Config(mode="container").limits().timeout == 60.0
+    assert Config(mode="gateway").limits().timeout == 30.0
+    container = Config.load(flags={"mode": "container"}, environ={"CORRAL_TIMEOUT": "12"})
+    assert container.limits().timeout == 12.0
+    with pytest.raises(ConfigError, match="timeout must be positive"):
+        Config(mode="container", timeout=0)
+
+
+def test_connection_guards_from_file_and_environment(tmp_path: Path) -> None:
+    defaults = Config.load(environ={})
+    assert (defaults.header_timeout, defaults.max_connections_per_client) == (10.0, 512)
+    assert defaults.trusted_proxies == ()
+    path = tmp_path / "corral.toml"
+    path.write_text(
+        "[server]\nheader_timeout = 2.5\nmax_connections_per_client = 8\n"
+        'trusted_proxies = ["10.1.2.3/8", "192.0.2.7", "2001:db8::/32"]\n'
+    )
+    config = Config.load(flags={"config": str(path)}, environ={})
+    assert (config.header_timeout, config.max_connections_per_client) == (2.5, 8)
+    assert config.trusted_proxies == ("10.0.0.0/8", "192.0.2.7/32", "2001:db8::/32")
+    env = {"CORRAL_TRUSTED_PROXIES": "127.0.0.2, ::1", "CORRAL_HEADER_TIMEOUT": "1"}
+    from_env = Config.load(environ=env)
+    assert from_env.trusted_proxies == ("127.0.0.2/32", "::1/128")
+    assert from_env.header_timeout == 1.0
+    assert Config.load(flags={"header_timeout": "3"}, environ=env).header_timeout == 3.0
+
+
+@pytest.mark.parametrize(
+    ("environ", "named"),
+    [
+        ({"CORRAL_TRUSTED_PROXIES": "localhost"}, "'localhost' is not an address or a CIDR"),
+        ({"CORRAL_TRUSTED_PROXIES": "10.0.0.0/33"}, "not an address or a CIDR"),
+        ({"CORRAL_HEADER_TIMEOUT": "0"}, "header_timeout must be positive"),
+        ({"CORRAL_MAX_CONNECTIONS_PER_CLIENT": "-1"}, "max_connections_per_client"),
+    ],
+)
+def test_connection_guards_refuse_bad_values(environ: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        Config.load(environ=environ)
+    with pytest.raises(ConfigError, match="trusted_proxies"):
+        Config(trusted_proxies=("*",))
 
 
 def test_open_run_code_from_file_and_environment(tmp_path: Path) -> None:

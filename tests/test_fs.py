@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from corral import _fs
-from corral.errors import FileTooLarge, InvalidPath
+from corral.errors import AccessDenied, FileTooLarge, InvalidPath
 
 
 @pytest.fixture
@@ -317,3 +319,61 @@ def test_names_that_are_not_utf8_are_listed_escaped(root: Path) -> None:
     listing = _fs.list_files(root)
     assert [f.path for f in listing] == ["caf\\xe9.txt", "ok.txt"]
     assert all(f.path.encode("utf-8") for f in listing)  # JSON-safe text
+
+
+# permissions the sandboxed code took away -----------------------------------------------------
+
+T = TypeVar("T")
+NOBODY = 65534  # an unprivileged uid: the server works as the sandbox's user, never as root
+
+
+@pytest.fixture
+def session_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A folder the unprivileged user owns, and the ``/proc/self/fd`` root the engine's
+    session files give ``corral._fs`` (its ancestors need not be reachable by that user)."""
+    folder = tmp_path / "session"
+    folder.mkdir()
+    os.chown(folder, NOBODY, NOBODY)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield folder, f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
+
+
+def _as_user(action: Callable[[], T]) -> T:
+    from corral.sandbox import as_fs_owner
+
+    return as_fs_owner(NOBODY, NOBODY, action)
+
+
+def test_a_folder_made_unreadable_is_access_denied_never_permission_error(
+    session_root: tuple[Path, str], resolver: str
+) -> None:
+    folder, root = session_root
+    _as_user(lambda: _fs.write_atomic(root, "d/f.txt", b"x"))
+    _as_user(lambda: _fs.make_dir(root, "d/sub"))
+    os.chmod(folder / "d", 0)  # what `os.chmod('d', 0)` in the sandbox does
+    denied: list[Callable[[], object]] = [
+        lambda: _fs.write_atomic(root, "d/new.txt", b"x"),
+        lambda: _fs.delete(root, "d/f.txt"),
+        lambda: _fs.lstat(root, "d/f.txt"),
+        lambda: _fs.list_dir(root, "d", depth=1, max_entries=10),
+        lambda: _fs.make_dir(root, "d/other"),
+        lambda: _fs.move(root, "d/f.txt", "g.txt"),
+        lambda: _fs.remove_tree(root, "d"),
+    ]
+    for action in denied:
+        with pytest.raises(AccessDenied, match="permission denied"):
+            _as_user(action)
+    for read in (_fs.open_file, _fs.read_bytes, _fs.stat):
+        with pytest.raises(FileNotFoundError):
+            _as_user(functools.partial(read, root, "d/f.txt"))
+    assert _as_user(lambda: _fs.list_files(root)) == []  # an unreadable folder is skipped
+    assert _as_user(lambda: _fs.lstat(root, "d")).st_mode & 0o777 == 0
+    os.chmod(folder, 0)  # and the session folder itself
+    for action in (lambda: _fs.list_files(root), lambda: _fs.write_atomic(root, "x", b"x")):
+        with pytest.raises(AccessDenied):
+            _as_user(action)
+    with pytest.raises(FileNotFoundError):
+        _as_user(lambda: _fs.read_bytes(root, "x"))

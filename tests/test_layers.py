@@ -1,5 +1,6 @@
-"""The layering of design.md §1, checked on the source: no upward or private cross-package
-imports. Each package knows only the ones below it, through their exported names."""
+"""The layering of docs/design.md §1, checked on the source: no upward or private
+cross-package imports, no import circles. Each package knows only the ones below it, through
+their exported names."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "corral"
 # top-level modules such as corral.errors, corral._limits, corral._fs, corral._config).
 LAYERS = [
     "sandbox",
+    "network",
+    "templates",
     "engine",
     "sources",
     "tools",
@@ -79,9 +82,13 @@ def test_the_layer_table_covers_every_package() -> None:
 
 
 SANDBOX = SRC / "sandbox"
-# The modules both sides of the sandbox boundary share.
+# The modules both sides of the sandbox boundary share (the MIME table, standard library only,
+# is corral's own and every surface's).
 BOUNDARY = {
+    "corral._mime",
     "corral.sandbox._case_protocol",
+    "corral.sandbox._control_protocol",
+    "corral.sandbox._descriptors",
     "corral.sandbox._protocol",
     "corral.sandbox._seqpacket",
     "corral.sandbox._syscalls",
@@ -129,3 +136,63 @@ def test_the_client_knows_only_result_types_and_errors() -> None:
     for path in (SRC / "client").rglob("*.py"):
         names = {n for n in _imports(path) if not n.startswith("corral.client")}
         assert names <= CLIENT_MAY_IMPORT, (path.name, names)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module to the corral modules it imports, at any depth of the file (a function's lazy
+    import and a TYPE_CHECKING block count). Packages' ``__init__`` re-export facades are
+    left out: importing ``corral.sandbox`` for a name is importing the module it names."""
+    modules = {_module_name(path): path for path in _modules()}
+    facades = {name for name, path in modules.items() if path.name == "__init__.py"}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        if name in facades:
+            continue
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    targets.add(full if full in modules else node.module)
+            elif isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+        graph[name] = {t for t in targets if t in modules and t not in facades and t != name}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle a depth-first walk from each module finds (one per back edge)."""
+    circles: list[list[str]] = []
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        if module in path:
+            circles.append([*path[path.index(module) :], module])
+            return
+        if module in done:
+            return
+        path.append(module)
+        for target in sorted(graph[module]):
+            visit(target)
+        path.pop()
+        done.add(module)
+
+    for start in sorted(graph):
+        visit(start)
+    return circles
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    circles = _circles(_module_graph())
+    assert not circles, circles

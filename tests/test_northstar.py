@@ -1,5 +1,6 @@
-"""The Northstar path end to end (seed 002 §12.10): XLSX attachment, shared ingestion, an
-invocation-local id, an isolated worker copy, a Python calculation, 8.25 hours with evidence.
+"""The Northstar path end to end (docs/code-interpreter.md §10): XLSX attachment, shared
+ingestion, an invocation-local id, an isolated worker copy, a Python calculation, 8.25 hours
+with evidence.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ async def engine() -> AsyncIterator[Engine]:
 
 def _code(source_id: str) -> str:
     # Reads the mounted canonical text, cross-checks it against the original bytes with
-    # openpyxl, and states count, units and missing-value policy (seed 002 §12.10).
+    # openpyxl, and states count, units and missing-value policy (docs/code-interpreter.md §10).
     return f"""
 import csv, io
 import openpyxl
@@ -118,7 +119,7 @@ async def test_the_seed_calculation_runs_as_written(engine: Engine) -> None:
         with anyio.fail_after(60):
             result = await registry.call(
                 CODE_INTERPRETER,
-                {"summary": "Seed §12.10", "code": code},
+                {"summary": "The Northstar mean runtime", "code": code},
                 ToolContext(invocation=invocation),
             )
     assert result.structured is not None

@@ -1,4 +1,5 @@
-"""``run_batch`` on this machine: order, stdin, per-item timeouts, bad items, early stop."""
+"""``run_batch`` on this machine: order, stdin, per-item timeouts, bad items, early stop (on the
+sandbox's in-process twin), and cases forked from a kept case server (real workers)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ from typing import Any
 import pytest
 
 from corral.batch import BatchItem, run_batch
-
-pytestmark = pytest.mark.isolation
+from tests.engine.twinkit import SPIN
 
 
 def test_records_come_in_input_order_with_the_full_result() -> None:
@@ -17,7 +17,7 @@ def test_records_come_in_input_order_with_the_full_result() -> None:
         BatchItem(id=i, code="import sys\nprint(sys.stdin.read().upper())", stdin=f"x{i}")
         for i in range(40)
     ]
-    items.insert(3, {"id": "slow", "code": "while True: pass", "timeout": 1})
+    items.insert(3, {"id": "slow", "code": SPIN, "timeout": 1})
     items.insert(10, {"id": "typo", "code": 42})
     items.insert(11, ["not", "an", "object"])
     records = list(run_batch(items, concurrency=2))
@@ -31,6 +31,7 @@ def test_records_come_in_input_order_with_the_full_result() -> None:
     assert {"status", "outcome", "stderr", "evidence", "elapsed_ms"} <= set(by_id[0])
 
 
+@pytest.mark.usefixtures("real_workers")
 def test_items_that_repeat_a_program_fork_from_a_kept_case_server() -> None:
     # A fresh worker is init of its own pid namespace; a case forked from a case server is not.
     code = "import os, sys\nprint(os.getpid() == 1, sys.stdin.read())"

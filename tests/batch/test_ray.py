@@ -22,7 +22,12 @@ ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 from corral.batch import run_batch  # noqa: E402
 
-pytestmark = [pytest.mark.isolation, pytest.mark.network, pytest.mark.timeout(300)]
+pytestmark = [
+    pytest.mark.isolation,
+    pytest.mark.network,
+    pytest.mark.timeout(300),
+    pytest.mark.usefixtures("real_workers"),
+]
 
 _MIB = 1024 * 1024
 ITEMS = 60

@@ -135,3 +135,44 @@ def test_a_terminal_gets_a_progress_bar_with_rate_and_eta(tmp_path: Path) -> Non
     assert "20/20" in text
     assert "runs/s" in text
     assert "0:00:00" in text  # elapsed and remaining columns
+
+
+def test_batch_lines_in_mixed_languages(tmp_path: Path) -> None:
+    from corral.engine import discover_languages
+
+    served = discover_languages().served
+    if not {"cpp", "bash"} <= set(served):
+        pytest.skip("needs g++ and bash on this host")
+    cpp = "#include <iostream>\nint main() { int x; std::cin >> x; std::cout << x * 3 << '\\n'; }"
+    lines: list[dict[str, Any]] = []
+    for i in range(8):
+        lines.append({"id": f"cpp-{i}", "code": cpp, "stdin": f"{i}\n", "language": "cpp"})
+        lines.append({"id": f"sh-{i}", "code": "read x; echo $((x+1))", "stdin": f"{i}\n",
+                      "language": "bash"})  # fmt: skip
+        lines.append({"id": f"py-{i}", "code": "print(-int(input()))", "stdin": f"{i}\n"})
+    lines.append({"id": "bad", "code": "x", "language": "cobol"})
+    lines.append({"id": "broken", "code": "int main( {", "language": "cpp"})
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = subprocess.run(
+        [CORRAL, "batch", str(source), "-o", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    records = {record["id"]: record for record in _records(target)}
+    for i in range(8):
+        assert (records[f"cpp-{i}"]["outcome"], records[f"cpp-{i}"]["stdout"]) == (
+            "ok",
+            f"{3 * i}\n",
+        )
+        assert records[f"cpp-{i}"]["compile"]["status"] == "Finished"
+        assert records[f"sh-{i}"]["stdout"] == f"{i + 1}\n"
+        assert records[f"py-{i}"]["stdout"] == f"{-i}\n"
+    assert records["bad"]["outcome"] == "invalid_input"
+    assert "language must be one of" in records["bad"]["message"]
+    broken = records["broken"]
+    assert broken["outcome"] == "python_error"
+    assert broken["compile"]["return_code"] not in (None, 0)

@@ -34,6 +34,16 @@ def test_serve_help_states_the_real_defaults() -> None:
     assert "default 8000; 8080 in container mode" in text
     assert "default 127.0.0.1; 0.0.0.0 in container mode" in text
     assert "default 8080)" not in text
+    assert "--header-timeout SECONDS" in text
+
+
+def test_a_bad_header_timeout_flag_is_one_line_and_exit_2() -> None:
+    done = corral("serve", "--header-timeout", "0")
+    assert done.returncode == 2, done.stderr
+    assert (
+        done.stderr
+        == "corral serve: configuration error: header_timeout must be positive, not 0.0\n"
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""A live gateway (real engine, real uvicorn on loopback) for the client tests."""
+"""A live gateway (real uvicorn on loopback) over an engine on the sandbox's in-process twin:
+the client's HTTP handling is the subject here, not the sandbox."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from corral._config import Config
 from corral._limits import Limits
 from corral.engine import Engine
 from corral.http import create_app
+from tests.engine.twinkit import twin_engine
 from tests.http.httpkit import KEYS
 from tests.http.livekit import live
 
@@ -22,7 +24,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def engine() -> AsyncIterator[Engine]:
-    async with Engine(capacity=2, limits=Limits(timeout=20)) as started:
+    async with twin_engine(capacity=2, limits=Limits(timeout=20)) as started:
         yield started
 
 

@@ -1,4 +1,5 @@
-"""corral.client against a live server: sync and async, sessions, files, error mapping."""
+"""corral.client against a live server (over the sandbox's in-process twin): sync and async,
+sessions, files, error mapping."""
 
 from __future__ import annotations
 
@@ -10,13 +11,17 @@ import pytest
 
 from corral._config import Config
 from corral.client import AsyncClient, AsyncSession, Client, RemoteFile
-from corral.engine import Engine, ExecutionResult
+from corral.engine import ExecutionResult
 from corral.errors import Busy, InvalidRequest, RemoteAuthError, RemoteUnavailable, SessionNotFound
 from corral.http import create_app
+from tests.engine.twinkit import StandIn, standing_in, twin_engine
 from tests.http.httpkit import ALICE, KEYS
 from tests.http.livekit import live
 
 pytestmark = [pytest.mark.anyio, pytest.mark.network]
+
+SPIN = "print('held', flush=True)\nwhile True: pass"
+"""Holds its worker until stopped; on the twin a stand-in that prints, then waits."""
 
 
 def _sync(base_url: str) -> None:
@@ -118,7 +123,7 @@ async def test_busy_is_retried_a_bounded_number_of_times(tmp_path: Path) -> None
     """Capacity 1, no queue: while one run holds the worker, every other one is busy."""
     config = Config(mode="gateway", data_dir=tmp_path / "data", api_keys=KEYS, timeout=20)
     async with (
-        Engine(capacity=1, queue_size=0) as engine,
+        twin_engine(standing_in({SPIN: StandIn("held\n")}), capacity=1, queue_size=0) as engine,
         live(create_app(engine, config)) as url,
         AsyncClient(url, ALICE) as holder,
         AsyncClient(url, ALICE, retries=1) as client,
@@ -127,8 +132,7 @@ async def test_busy_is_retried_a_bounded_number_of_times(tmp_path: Path) -> None
         async with anyio.create_task_group() as tg:
 
             async def occupy() -> None:
-                spin = "print('held', flush=True)\nwhile True: pass"
-                await holder.run(spin, on_stdout=lambda _: held.set())
+                await holder.run(SPIN, on_stdout=lambda _: held.set())
 
             tg.start_soon(occupy)
             with anyio.fail_after(20):

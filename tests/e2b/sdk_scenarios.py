@@ -16,40 +16,21 @@ import select
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 BASE, KEY, OTHER_KEY, SERVER_DATA = sys.argv[1:5]
 os.environ.update(E2B_API_URL=BASE, E2B_SANDBOX_URL=BASE, E2B_API_KEY=KEY)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: its tests package
 
 import httpx  # noqa: E402
 from e2b_code_interpreter import Sandbox  # noqa: E402
 
 from e2b import CommandExitException  # noqa: E402
+from tests.e2b.scenariokit import finish, scenario  # noqa: E402
 
 WAIT_S = 20  # bound of the waits inside sandboxed code
-
-RESULTS: dict[str, Any] = {}
-
-
-def scenario(fn: Callable[[], Any]) -> Callable[[], Any]:
-    def run() -> None:
-        try:
-            RESULTS[fn.__name__] = {"ok": fn()}
-        except Exception as exc:  # noqa: BLE001 - the test judges what was raised
-            RESULTS[fn.__name__] = {
-                "raised": type(exc).__name__,
-                "message": str(exc)[:500],
-                "traceback": traceback.format_exc()[-2000:],
-            }
-
-    run.__name__ = fn.__name__
-    SCENARIOS.append(run)
-    return fn
-
-
-SCENARIOS: list[Callable[[], None]] = []
 
 
 @scenario
@@ -324,6 +305,47 @@ def commands_end_with_their_sandbox() -> dict[str, Any]:
     return {"running": True, "gone": bool(ended)}
 
 
+HOLD = """\
+import os, time
+block = bytearray(200 << 20)
+for i in range(0, len(block), 4096):
+    block[i] = 1
+print("held", flush=True)
+end = time.time() + 20
+while not os.path.exists("/home/user/go") and time.time() < end:
+    time.sleep(0.05)
+"""
+
+
+@scenario
+def memory_wall() -> dict[str, Any]:
+    # Three background commands of 200 MB each, past the sandbox's 512 MB: each alone is
+    # under it, so only a wall for the sandbox as a whole stops them.
+    with Sandbox.create() as sbx:
+        sbx.files.write("hold.py", HOLD)
+        guard = sbx.commands.run("ls /proc | grep -c '^[0-9]'").stdout.strip()
+        if int(guard) > 12:  # its own pid namespace: a few processes, never the host's
+            raise RuntimeError("refusing to fill memory outside a corral sandbox")
+        handles = [sbx.commands.run("python3 hold.py", background=True) for _ in range(3)]
+        held = []
+        for handle in handles:
+            said = ""
+            with contextlib.suppress(Exception):  # a killed command's stream ends early
+                for out, _err, _pty in handle:
+                    said += out or ""
+                    if "held" in said:
+                        break
+            held.append("held" in said)
+        sbx.files.write("go", "")
+        codes = []
+        for handle in handles:
+            try:
+                codes.append(handle.wait().exit_code)
+            except CommandExitException as exc:
+                codes.append(exc.exit_code)
+        return {"memory_mb": sbx.get_info().memory_mb, "codes": codes, "held": held}
+
+
 @scenario
 def run_code_timeout() -> dict[str, Any]:
     """The SDK's timeout closes the connection; that interrupts the run, as in E2B."""
@@ -559,8 +581,479 @@ def isolation() -> dict[str, Any]:
         }
 
 
-SKIP = set(os.environ.get("E2B_SCENARIOS_SKIP", "").split(","))
-for run in SCENARIOS:
-    if run.__name__ not in SKIP:
-        run()
-print(json.dumps(RESULTS))
+def _raised(call: Callable[[], Any]) -> str:
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - the test judges what was raised
+        return f"{type(exc).__name__}: {exc}"
+    return "no error"
+
+
+@scenario
+def one_runtime() -> dict[str, Any]:
+    """The code, the shell and pip are one Python; a failed install is an error."""
+    with Sandbox.create() as sbx:
+        shell = sbx.commands.run("python3 -c 'import pandas; print(pandas.__name__)'; python -V")
+        installed = sbx.run_code(
+            "!pip install -q corral_test_pkg\nimport corral_test_pkg\ncorral_test_pkg.VALUE"
+        )
+        failed = sbx.run_code("!pip install -q corral-nowhere-to-be-found\nprint('not reached')")
+        magic = sbx.run_code("%pip install -q corral-nowhere-to-be-found")
+        home = sbx.run_code(
+            "import os, pathlib\n(pathlib.Path.home() / 'from-code.txt').write_text('here')\n"
+            "os.environ['HOME']"
+        )
+        return {
+            "shell": shell.stdout,
+            "installed": installed.text,
+            "installed_error": None if installed.error is None else installed.error.value,
+            "failed": None if failed.error is None else failed.error.name,
+            "failed_printed": "not reached" in "".join(failed.logs.stdout),
+            "magic": None if magic.error is None else magic.error.name,
+            "home": home.text,
+            "home_file": sbx.files.read("/home/user/from-code.txt"),
+        }
+
+
+@scenario
+def long_run() -> dict[str, Any]:
+    """Past the server's one-shot default (10 s, tests/e2b/conftest.py): the SDK's own
+    timeout (300 s) bounds it."""
+    with Sandbox.create() as sbx:
+        started = time.monotonic()
+        done = sbx.run_code("import time\ntime.sleep(12)\n'done'")
+        return {"text": done.text, "error": done.error and done.error.name,
+                "seconds": time.monotonic() - started}  # fmt: skip
+
+
+@scenario
+def metrics() -> dict[str, Any]:
+    with Sandbox.create() as sbx:
+        sbx.run_code("sum(i * i for i in range(3_000_000))")
+        samples = sbx.get_metrics()
+        last = samples[-1]
+        return {
+            "count": len(samples),
+            "cpu_used_pct": last.cpu_used_pct,
+            "cpu_count": last.cpu_count,
+            "mem_used": last.mem_used,
+            "mem_total": last.mem_total,
+            "disk_total": last.disk_total,
+        }
+
+
+@scenario
+def signed_urls() -> dict[str, Any]:
+    with Sandbox.create() as sbx:
+        sbx.files.write("/home/user/signed.txt", "signed content")
+        url = sbx.download_url("/home/user/signed.txt")
+        plain = httpx.get(url)
+        upload = sbx.upload_url("/home/user/up.txt")
+        sent = httpx.post(upload, files={"file": ("up.txt", b"uploaded by url")})
+        expired = httpx.get(sbx.download_url("/home/user/signed.txt", use_signature_expiration=-5))
+        tampered = httpx.get(url.replace("signed.txt", "up.txt"))
+        read_as_write = httpx.post(
+            url, files={"file": ("signed.txt", b"overwritten")}
+        )  # a read signature does not write
+        return {
+            "header_free": "E2b-Sandbox-Id" not in url,
+            "download": [plain.status_code, plain.text],
+            "upload": [sent.status_code, sbx.files.read("/home/user/up.txt")],
+            "expired": expired.status_code,
+            "tampered": tampered.status_code,
+            "read_as_write": read_as_write.status_code,
+            "unchanged": sbx.files.read("/home/user/signed.txt"),
+        }
+
+
+@scenario
+def refused_user_and_cwd() -> dict[str, Any]:
+    with Sandbox.create() as sbx:
+        return {
+            "root": _raised(lambda: sbx.commands.run("id", user="root")),
+            "cwd": _raised(lambda: sbx.create_code_context(cwd="/no/such/folder")),
+            "user_ok": sbx.commands.run("id -un", user="user").stdout.strip(),
+        }
+
+
+@scenario
+def charts() -> dict[str, Any]:
+    with Sandbox.create() as sbx:
+        bar = sbx.run_code(
+            "import matplotlib.pyplot as plt\n"
+            "plt.bar(['a', 'b'], [3, 5])\nplt.title('Bars')\nplt.show()"
+        )
+        line = sbx.run_code(
+            "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [2, 4, 1])\nplt.show()"
+        )
+        plotly = sbx.run_code("import plotly.express as px\npx.bar(x=['a', 'b'], y=[1, 2]).show()")
+        found: dict[str, Any] = {}
+        for name, execution in (("bar", bar), ("line", line)):
+            chart = execution.results[0].chart if execution.results else None
+            kind = None if chart is None else getattr(chart.type, "value", chart.type)
+            found[name] = None if chart is None else [kind, chart.title]
+            found[f"{name}_png"] = bool(execution.results and execution.results[0].png)
+        html = plotly.results[0].html if plotly.results else None
+        found["plotly_html"] = bool(html and "plotly" in html.lower())
+        found["plotly_error"] = None if plotly.error is None else plotly.error.value
+        return found
+
+
+@scenario
+def async_sdk() -> dict[str, Any]:
+    """The async SDK over the same calls: a long run, metrics, a signed URL, a refusal."""
+    import asyncio
+
+    from e2b_code_interpreter import AsyncSandbox
+
+    async def main() -> dict[str, Any]:
+        sbx = await AsyncSandbox.create()
+        try:
+            slept = await sbx.run_code("import time\ntime.sleep(11)\n'woke'")
+            samples = await sbx.get_metrics()
+            await sbx.files.write("/home/user/a.txt", "async")
+            async with httpx.AsyncClient() as http:
+                fetched = await http.get(sbx.download_url("/home/user/a.txt"))
+            try:
+                await sbx.commands.run("id", user="root")
+                root = "no error"
+            except Exception as exc:  # noqa: BLE001
+                root = type(exc).__name__
+            return {"slept": slept.text, "samples": len(samples), "fetched": fetched.text,
+                    "root": root}  # fmt: skip
+        finally:
+            await sbx.kill()
+
+    return asyncio.run(main())
+
+
+_WAITS_FOR_GO = """
+import os, time
+print("started", flush=True)
+for _ in range(400):  # a bounded wait for the client's go (20 s)
+    if os.path.exists("/home/user/go"):
+        break
+    time.sleep(0.05)
+os.path.exists("/home/user/go")
+"""
+
+
+@scenario
+def sandboxes_waiting_at_once() -> dict[str, Any]:
+    """Four sandboxes' runs that wait, on a server of two CPUs: all four run at once (a
+    waiting run holds no slot), so all four start before any is told to go."""
+    count = 4
+    started = threading.Semaphore(0)
+    sandboxes = [Sandbox.create() for _ in range(count)]
+    answers: dict[int, Any] = {}
+
+    def run(index: int) -> None:
+        def seen(message: Any) -> None:
+            if "started" in str(message):
+                started.release()
+
+        answers[index] = sandboxes[index].run_code(_WAITS_FOR_GO, on_stdout=seen).text
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    try:
+        for thread in threads:
+            thread.start()
+        all_started = sum(started.acquire(timeout=WAIT_S) for _ in range(count))
+        for sbx in sandboxes:
+            sbx.files.write("/home/user/go", "go")
+        for thread in threads:
+            thread.join(timeout=WAIT_S * 2)
+        return {"started_before_go": all_started, "answers": [answers.get(i) for i in range(count)]}
+    finally:
+        for sbx in sandboxes:
+            sbx.kill()
+
+
+_SITE = "/home/user/site"
+_TOKEN = "e2b-traffic-access-token"
+_WS_SERVER = """
+import asyncio, sys
+from websockets.asyncio.server import serve
+
+async def echo(ws):
+    async for message in ws:
+        await ws.send(message[::-1] if isinstance(message, str) else message)
+
+async def main():
+    async with serve(echo, "127.0.0.1", 8765, subprotocols=["echo.v1"]):
+        print("listening", flush=True)
+        await asyncio.Future()
+
+asyncio.run(main())
+"""
+
+
+_LISTENS = (
+    "import socket, sys, time\n"
+    "deadline = time.monotonic() + 20\n"
+    "while time.monotonic() < deadline:\n"
+    "    try:\n"
+    "        socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=1).close()\n"
+    "        break\n"
+    "    except OSError:\n"
+    "        time.sleep(0.02)\n"
+)
+
+
+def _serve(sbx: Any, command: str, port: int) -> Any:
+    """A server started in the sandbox, once it listens on ``port`` (judged in there)."""
+    handle = sbx.commands.run(command, background=True)
+    sbx.files.write("/home/user/listens.py", _LISTENS)
+    sbx.commands.run(f"python3 /home/user/listens.py {port}")
+    return handle
+
+
+_GARBAGE_SERVER = """
+import socket
+server = socket.create_server(("127.0.0.1", 8002))
+while True:
+    conn, _ = server.accept()
+    head = b""
+    while b"\\r\\n\\r\\n" not in head:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    open("/home/user/seen_head.txt", "wb").write(head)
+    conn.sendall(b"this is no HTTP\\r\\n\\r\\n")
+    conn.close()
+"""
+
+
+def _websocket_echo(host: str, token: str | None, text: str) -> dict[str, Any]:
+    """A WebSocket to ``host`` through corral, by hand (the SDK's venv has no client): the
+    handshake's status and subprotocol, and the echo of one masked text message."""
+    import socket
+    import struct
+    from urllib.parse import urlsplit
+
+    where = urlsplit(BASE)
+    sock = socket.create_connection((where.hostname, where.port), timeout=WAIT_S)
+    key = base64.b64encode(os.urandom(16)).decode()
+    head = (f"GET /chat HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Protocol: echo.v1\r\n")  # fmt: skip
+    if token:
+        head += f"{_TOKEN}: {token}\r\n"
+    sock.sendall((head + "\r\n").encode())
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        reply += chunk
+    status_line, _, rest = reply.partition(b"\r\n")
+    status = int(status_line.split()[1])
+    lines = rest.split(b"\r\n\r\n")[0].split(b"\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(b":") for ln in lines)}
+    if status != 101:
+        sock.close()
+        return {"status": status}
+    payload, mask = text.encode(), os.urandom(4)
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    sock.sendall(struct.pack("!BB", 0x81, 0x80 | len(payload)) + mask + masked)
+    frame = reply.split(b"\r\n\r\n", 1)[1]
+    while len(frame) < 2 or len(frame) < 2 + (frame[1] & 0x7F):
+        frame += sock.recv(4096)
+    echoed = frame[2 : 2 + (frame[1] & 0x7F)].decode()
+    sock.sendall(struct.pack("!BBH", 0x88, 0x82, 0) + b"\0\0")  # close 1000, masked by zeros
+    sock.close()
+    return {"status": status, "protocol": headers.get(b"sec-websocket-protocol", b"").decode(),
+            "echo": echoed}  # fmt: skip
+
+
+@scenario
+def ports() -> dict[str, Any]:
+    """A server the code starts in the sandbox, reached through get_host: by Host and by
+    E2B's headers, with the traffic token; refused without it or with another's; 502 where
+    nothing listens; a WebSocket echo; a public sandbox without a token."""
+    with (
+        Sandbox.create() as sbx,
+        Sandbox.create() as other,
+        Sandbox.create(network={"allow_public_traffic": True}) as public,
+    ):
+        sbx.files.write(f"{_SITE}/hello.txt", "hello from the sandbox")
+        web = _serve(sbx, f"python3 -m http.server 8000 --directory {_SITE}", 8000)
+        # Before any request came in: the sandbox's loopback is up from its start, as on E2B.
+        inside = sbx.run_code(
+            "import urllib.request\n"
+            "urllib.request.urlopen('http://127.0.0.1:8000/hello.txt').read().decode()"
+        )
+        token = getattr(sbx, "traffic_access_token", None)
+        host = sbx.get_host(8000)
+        with_token = {"Host": host, _TOKEN: token or ""}
+        by_host = httpx.get(f"{BASE}/hello.txt", headers=with_token)
+        by_headers = httpx.get(
+            f"{BASE}/hello.txt",
+            headers={"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8000",
+                     _TOKEN: token or ""},
+        )  # fmt: skip
+        no_token = httpx.get(f"{BASE}/hello.txt", headers={"Host": host})
+        other_token = getattr(other, "traffic_access_token", None) or ""
+        wrong_token = httpx.get(f"{BASE}/hello.txt", headers={"Host": host, _TOKEN: other_token})
+        closed = httpx.get(f"{BASE}/", headers={"Host": sbx.get_host(8001), _TOKEN: token or ""})
+        missing = httpx.get(f"{BASE}/", headers={"Host": f"8000-{'0' * 32}.x", _TOKEN: "x"})
+        sbx.commands.run(f"cat > /home/user/ws.py <<'EOF'\n{_WS_SERVER}\nEOF")
+        ws_server = _serve(sbx, "python3 /home/user/ws.py", 8765)
+        echo = _websocket_echo(sbx.get_host(8765), token, "hello websocket")
+        ws_no_token = _websocket_echo(sbx.get_host(8765), None, "x")
+        sbx.files.write("/home/user/garbage.py", _GARBAGE_SERVER)
+        _serve(sbx, "python3 /home/user/garbage.py", 8002)
+        garbage = httpx.get(
+            f"{BASE}/x",
+            headers={"Host": sbx.get_host(8002), _TOKEN: token or "",
+                     "X-Access-Token": sbx._envd_access_token or ""},
+        )  # fmt: skip
+        seen_head = sbx.files.read("/home/user/seen_head.txt").lower()
+        public.files.write(f"{_SITE}/index.html", "public page")
+        _serve(public, f"python3 -m http.server 9000 --directory {_SITE}", 9000)
+        open_page = httpx.get(f"{BASE}/index.html", headers={"Host": public.get_host(9000)})
+        web.kill()
+        ws_server.kill()
+        return {
+            "host": host,
+            "id": sbx.sandbox_id,
+            "token": bool(token),
+            "public_token": getattr(public, "traffic_access_token", None),
+            "by_host": [by_host.status_code, by_host.text],
+            "by_headers": [by_headers.status_code, by_headers.text],
+            "inside": inside.text,
+            "no_token": no_token.status_code,
+            "wrong_token": wrong_token.status_code,
+            "closed": [closed.status_code, closed.json()],
+            "missing": missing.status_code,
+            "echo": echo,
+            "ws_no_token": ws_no_token,
+            "public": [open_page.status_code, open_page.text],
+            "garbage": [garbage.status_code, garbage.json()["message"]],
+            "head_has_host": f"host: {host.replace('8000-', '8002-')}" in seen_head,
+            "head_has_secret": _TOKEN in seen_head or "x-access-token" in seen_head,
+        }
+
+
+class _Screen:
+    """What a pty has shown, read by a thread of its own; ``wait_for`` a text to appear."""
+
+    def __init__(self, handle: Any) -> None:
+        self.shown = b""
+        self._changed = threading.Condition()
+        self.ended: str | None = None
+        self._thread = threading.Thread(target=self._read, args=(handle,), daemon=True)
+        self._thread.start()
+
+    def _read(self, handle: Any) -> None:
+        try:
+            for _stdout, _stderr, pty in handle:
+                if pty is not None:
+                    with self._changed:
+                        self.shown += pty
+                        self._changed.notify_all()
+            self.ended = "ended"
+        except Exception as exc:  # noqa: BLE001 - the scenario reports it
+            self.ended = type(exc).__name__
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, text: bytes) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: text in self.shown, timeout=WAIT_S)
+
+    def join(self) -> None:
+        self._thread.join(WAIT_S)
+
+
+@scenario
+def pty() -> dict[str, Any]:
+    """bash on a real terminal: a command typed and its output, a resize bash sees, a kill."""
+    from e2b import PtySize
+
+    with Sandbox.create() as sbx:
+        handle = sbx.pty.create(PtySize(rows=24, cols=80))
+        screen = _Screen(handle)
+        sbx.pty.send_stdin(handle.pid, b"echo tty=$(tty) sum=$((6 * 7))\n")
+        answered = screen.wait_for(b"sum=42")
+        # The terminals the sandbox sees: its own devpts instance, holding this one pty alone.
+        devpts = sbx.commands.run("stat -f -c %T /dev/pts; ls /dev/pts").stdout.split()
+        sbx.pty.send_stdin(handle.pid, b"stty size; echo sized\n")
+        first_size = screen.wait_for(b"24 80")
+        sbx.pty.resize(handle.pid, PtySize(rows=30, cols=100))
+        sbx.pty.send_stdin(handle.pid, b"stty size\n")
+        resized = screen.wait_for(b"30 100")
+        killed = sbx.pty.kill(handle.pid)
+        screen.join()
+        listed = [p.pid for p in sbx.commands.list()]
+        text = screen.shown.decode(errors="replace")
+        return {
+            "answered": answered,
+            "tty": "tty=/dev/pts/" in text,
+            "devpts": devpts,
+            "first_size": first_size,
+            "resized": resized,
+            "killed": killed,
+            "ended": screen.ended,
+            "still_listed": handle.pid in listed,
+        }
+
+
+def _events_until(handle: Any, name: str) -> list[list[str]]:
+    """``get_new_events`` until one names ``name`` (each call a round trip; bounded)."""
+    seen: list[list[str]] = []
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and not any(n == name for n, _ in seen):
+        seen += [[e.name, e.type.value] for e in handle.get_new_events()]
+    return seen
+
+
+@scenario
+def watch_dir() -> dict[str, Any]:
+    """A watcher sees files made by code: one folder, then recursively; a missing folder is
+    refused; the async SDK's stream sees one too."""
+    import asyncio
+
+    from e2b_code_interpreter import AsyncSandbox
+
+    found: dict[str, Any] = {}
+    with Sandbox.create() as sbx:
+        sbx.files.make_dir("/home/user/watched/deep")
+        handle = sbx.files.watch_dir("/home/user/watched")
+        sbx.run_code("open('/home/user/watched/made.txt', 'w').write('by code')")
+        found["flat"] = _events_until(handle, "made.txt")
+        handle.stop()
+        deep = sbx.files.watch_dir("/home/user/watched", recursive=True)
+        sbx.run_code("import os\nos.makedirs('/home/user/watched/deep/new')\n"
+                     "open('/home/user/watched/deep/new/x.txt', 'w').write('x')")  # fmt: skip
+        found["recursive"] = _events_until(deep, "deep/new/x.txt")
+        deep.stop()
+        found["missing"] = _raised(lambda: sbx.files.watch_dir("/home/user/nope"))
+
+    async def main() -> list[list[str]]:
+        sbx = await AsyncSandbox.create()
+        try:
+            await sbx.files.make_dir("/home/user/w")
+            seen: list[list[str]] = []
+            arrived = asyncio.Event()
+
+            def on_event(event: Any) -> None:
+                seen.append([event.name, event.type.value])
+                if [event.name, event.type.value] == ["async.txt", "write"]:
+                    arrived.set()
+
+            handle = await sbx.files.watch_dir("/home/user/w", on_event=on_event)
+            await sbx.commands.run("echo hi > /home/user/w/async.txt")
+            async with asyncio.timeout(WAIT_S):
+                await arrived.wait()
+            await handle.stop()
+            return seen
+        finally:
+            await sbx.kill()
+
+    found["async"] = asyncio.run(main())
+    return found
+
+
+finish()

@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from tests.e2b.conftest import KEY, ROOT, SDK_PAIRS, Server, run_scenarios, sdk_python
+from tests.e2b.conftest import (
+    KEY,
+    ONE_SHOT_TIMEOUT_S,
+    ROOT,
+    SDK_PAIRS,
+    Server,
+    run_scenarios,
+    sdk_python,
+)
 
 pytestmark = [pytest.mark.isolation, pytest.mark.network, pytest.mark.timeout(1500)]
 
@@ -121,6 +129,13 @@ def test_commands_end_with_their_sandbox(sdk: dict[str, Any]) -> None:
     assert ok(sdk, "commands_end_with_their_sandbox") == {"running": True, "gone": True}
 
 
+def test_background_commands_meet_one_memory_wall(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "memory_wall")
+    assert seen["memory_mb"] == 512
+    assert 0 in seen["codes"]  # the wall stops the sum, not each command
+    assert any(code != 0 for code in seen["codes"]), seen  # the kernel killed one of them
+
+
 def test_run_code_timeout_ends_the_run(sdk: dict[str, Any]) -> None:
     seen = ok(sdk, "run_code_timeout")
     assert seen["raised"] == "TimeoutException"
@@ -194,6 +209,75 @@ def test_another_sandboxs_token_or_none_is_refused_and_nothing_runs(
     assert seen["uploaded"] is False
 
 
+def test_code_shell_and_pip_are_one_python(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "one_runtime")
+    assert seen["shell"].startswith("pandas\nPython 3.")
+    assert seen["installed"] == "42", seen["installed_error"]
+    assert seen["failed"] == "CalledProcessError"
+    assert seen["failed_printed"] is False
+    assert seen["magic"] == "CalledProcessError"
+    assert seen["home"] == "'/home/user'"
+    assert seen["home_file"] == "here"
+
+
+def test_a_run_past_the_one_shot_default_completes(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "long_run")
+    assert seen["text"] == "'done'", seen
+    assert seen["error"] is None
+    assert seen["seconds"] > ONE_SHOT_TIMEOUT_S  # it outlived the one-shot default
+
+
+def test_get_metrics_reads_the_sandboxs_cgroup(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "metrics")
+    assert seen["count"] >= 1
+    assert seen["cpu_count"] == 1
+    assert seen["cpu_used_pct"] > 0
+    assert 0 < seen["mem_used"] < seen["mem_total"]
+    assert seen["mem_total"] == 512 << 20
+    assert seen["disk_total"] > 0
+
+
+def test_signed_file_urls(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "signed_urls")
+    assert seen["header_free"] is True
+    assert seen["download"] == [200, "signed content"]
+    assert seen["upload"] == [200, "uploaded by url"]
+    assert seen["expired"] == 401
+    assert seen["tampered"] == 401
+    assert seen["read_as_write"] == 401
+    assert seen["unchanged"] == "signed content"
+
+
+def test_root_and_a_missing_context_folder_are_refused(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "refused_user_and_cwd")
+    assert "no root" in seen["root"]
+    assert "not a folder" in seen["cwd"]
+    assert seen["user_ok"] == "sandbox"  # the sandbox's one user: uid 1000, named sandbox
+
+
+def test_charts_and_plotly_html(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "charts")
+    assert seen["bar"] == ["bar", "Bars"]
+    assert seen["line"] == ["line", ""] or seen["line"] == ["line", None]
+    assert seen["bar_png"] is True
+    assert seen["line_png"] is True
+    assert seen["plotly_html"] is True, seen["plotly_error"]
+
+
+def test_sandboxes_that_wait_do_not_hold_the_host(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "sandboxes_waiting_at_once")
+    assert seen["started_before_go"] == 4  # capacity is 2: waiting runs hold no slot
+    assert seen["answers"] == ["True"] * 4
+
+
+def test_the_async_sdk(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "async_sdk")
+    assert seen["slept"] == "'woke'"
+    assert seen["samples"] >= 1
+    assert seen["fetched"] == "async"
+    assert seen["root"] != "no error"
+
+
 def test_isolation_holds_in_e2b_sandboxes(sdk: dict[str, Any], corral_server: Server) -> None:
     seen = ok(sdk, "isolation")
     assert seen["network"] != "connected"  # not even the server on the host's loopback
@@ -226,6 +310,62 @@ def test_the_readme_example_runs(corral_server: Server) -> None:
     assert done.stdout.splitlines()[0] == "42"
 
 
+def test_ports_reach_a_server_in_the_sandbox(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "ports")
+    assert seen["host"] == f"8000-{seen['id']}.127.0.0.1:{seen['host'].rsplit(':', 1)[1]}"
+    assert seen["token"] is True  # not public: create answered a traffic access token
+    assert seen["by_host"] == [200, "hello from the sandbox"]
+    assert seen["by_headers"] == [200, "hello from the sandbox"]
+    assert seen["inside"] == "'hello from the sandbox'"  # the same server, from the code
+    assert seen["no_token"] == 403
+    assert seen["wrong_token"] == 403  # another sandbox's token opens nothing here
+    status, body = seen["closed"]
+    assert status == 502
+    assert body == {"code": 502, "message": "The sandbox is running but port is not open",
+                    "sandboxId": seen["id"], "port": 8001}  # fmt: skip
+    assert seen["missing"] == 502
+
+
+def test_port_proxy_believes_no_server_and_hands_it_no_secret(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "ports")
+    assert seen["garbage"] == [502, "the sandbox's server sent no valid HTTP response"]
+    assert seen["head_has_host"] is True  # the client's Host goes in
+    assert seen["head_has_secret"] is False  # the traffic token and envd's never do
+
+
+def test_websocket_through_a_port(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "ports")
+    assert seen["echo"] == {"status": 101, "protocol": "echo.v1", "echo": "tekcosbew olleh"}
+    assert seen["ws_no_token"] == {"status": 403}
+
+
+def test_public_sandbox_needs_no_traffic_token(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "ports")
+    assert seen["public_token"] is None
+    assert seen["public"] == [200, "public page"]
+
+
+def test_pty_runs_bash_interactively(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "pty")
+    assert seen["answered"] is True  # a command typed at bash, its output on the terminal
+    assert seen["tty"] is True  # bash's stdin is a terminal of the sandbox's own devpts
+    assert seen["devpts"] == ["devpts", "0", "ptmx"]  # a new instance: its one pty, numbered 0
+    assert seen["first_size"] is True  # the size it was created with
+    assert seen["resized"] is True  # stty sees the new size
+    assert seen["killed"] is True
+    assert seen["ended"] == "ended"  # its stream ends with it
+    assert seen["still_listed"] is False
+
+
+def test_watch_dir_sees_files_made_by_code(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "watch_dir")
+    assert seen["flat"][:2] == [["made.txt", "create"], ["made.txt", "write"]]
+    assert ["deep/new", "create"] in seen["recursive"]
+    assert ["deep/new/x.txt", "create"] in seen["recursive"]  # made before its folder's watch
+    assert seen["missing"].startswith("FileNotFoundException")
+    assert seen["async"][:2] == [["async.txt", "create"], ["async.txt", "write"]]
+
+
 SMOLAGENTS = "smolagents==1.26.0"
 SMOLAGENTS_RUN = """
 import os, sys
@@ -239,6 +379,38 @@ final = executor("final_answer(x * 21)")
 print(repr([first.output, first.logs, first.is_final_answer, final.output, final.is_final_answer]))
 executor.cleanup()
 """
+
+
+SMOLAGENTS_IMPORTS = """
+from smolagents.default_tools import FinalAnswerTool
+from smolagents.monitoring import AgentLogger, LogLevel
+from smolagents.remote_executors import E2BExecutor
+executor = E2BExecutor(["corral_test_pkg"], AgentLogger(level=LogLevel.OFF))  # !pip install
+executor.send_tools({"final_answer": FinalAnswerTool()})
+imported = executor("import corral_test_pkg\\ncorral_test_pkg.VALUE")
+executor.cleanup()
+try:
+    E2BExecutor(["no-such-package-anywhere"], AgentLogger(level=LogLevel.OFF))
+    refused = "installed"
+except Exception as exc:  # smolagents raises what the failed `!pip` reported
+    refused = type(exc).__name__
+print(repr([imported.output, refused]))
+"""
+
+
+def test_smolagents_additional_imports_install_or_fail(corral_server: Server) -> None:
+    """smolagents' ``additional_imports``: its ``!pip install`` of a package the sandbox can
+    reach (the server's wheelhouse) is importable by the agent's code; one that cannot be
+    installed fails the executor's start instead of leaving an agent that believes it."""
+    python = sdk_python(*SDK_PAIRS[0], SMOLAGENTS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "CORRAL_"))}
+    env.update(E2B_API_URL=corral_server.url, E2B_SANDBOX_URL=corral_server.url, E2B_API_KEY=KEY)
+    done = subprocess.run(
+        [str(python), "-c", SMOLAGENTS_IMPORTS],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "['42', 'AgentError']"
 
 
 def test_smolagents_e2b_executor_unmodified(corral_server: Server) -> None:

@@ -62,18 +62,18 @@ def _peak_rss_kb() -> int:
 
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 async def test_forged_frames_cost_the_server_at_most_the_run_limits(
-    engine: Engine, attack: str
+    real_engine: Engine, attack: str
 ) -> None:
     limits = LIMITS.replace(max_file_bytes=4 * _MIB, display_bytes=4 * _MIB)
     before = _peak_rss_kb()
     with anyio.fail_after(60):
-        result = await engine.run(_FORGE + ATTACKS[attack], limits=limits)
+        result = await real_engine.run(_FORGE + ATTACKS[attack], limits=limits)
     grown_mib = (_peak_rss_kb() - before) / 1024
     assert result.outcome == "worker_error", (result.outcome, result.message)
     # The attacker offered 400-512 MiB; the old reader buffered 432 MiB of it. What the run
     # may return is 4 MiB of files and 4 MiB of display, read at most twice over.
     assert grown_mib < 3 * 4 + 16, f"the server's peak RSS grew by {grown_mib:.0f} MiB"
-    healthy = await engine.run("print('healthy')", limits=LIMITS)
+    healthy = await real_engine.run("print('healthy')", limits=LIMITS)
     assert (healthy.outcome, healthy.stdout) == ("ok", "healthy\n")
 
 
@@ -84,8 +84,8 @@ def _exactly_fitted(text: str, omitted: int, total: int, ceiling: int) -> None:
     assert len(text) - len(marker(omitted)) + omitted == total
 
 
-async def test_a_huge_repr_is_a_fitted_ok_result(engine: Engine) -> None:
-    result = await engine.run("'x' * 19_000_000", limits=LIMITS)
+async def test_a_huge_repr_is_a_fitted_ok_result(real_engine: Engine) -> None:
+    result = await real_engine.run("'x' * 19_000_000", limits=LIMITS)
     assert result.outcome == "ok", (result.outcome, result.message)
     assert result.result
     text = result.result["text/plain"]
@@ -94,7 +94,7 @@ async def test_a_huge_repr_is_a_fitted_ok_result(engine: Engine) -> None:
     assert text.endswith("xxx'")
 
 
-async def test_an_html_flood_is_a_fitted_ok_result(engine: Engine) -> None:
+async def test_an_html_flood_is_a_fitted_ok_result(real_engine: Engine) -> None:
     code = (
         "from IPython.display import HTML, display\n"
         "page = HTML('<p>' + 'x' * 20_000_000 + '</p>')\n"
@@ -102,7 +102,7 @@ async def test_an_html_flood_is_a_fitted_ok_result(engine: Engine) -> None:
         "page"
     )
     events: list[OutputEvent] = []
-    result = await engine.run(code, limits=LIMITS, on_output=events.append)
+    result = await real_engine.run(code, limits=LIMITS, on_output=events.append)
     assert result.outcome == "ok", (result.outcome, result.message)
     shown = {"text/plain": "<IPython.core.display.HTML object>"}
     assert result.result == shown  # the HTML is past the ceiling; its text stays
@@ -111,8 +111,8 @@ async def test_an_html_flood_is_a_fitted_ok_result(engine: Engine) -> None:
     assert result.omitted == {"stdout": 0, "stderr": 0, "result": 0}
 
 
-async def test_a_huge_error_message_is_fitted(engine: Engine) -> None:
-    result = await engine.run("raise ValueError('m' * 5_000_000)", limits=LIMITS)
+async def test_a_huge_error_message_is_fitted(real_engine: Engine) -> None:
+    result = await real_engine.run("raise ValueError('m' * 5_000_000)", limits=LIMITS)
     assert result.outcome == "python_error", (result.outcome, result.message)
     assert result.error is not None
     assert result.error.type == "ValueError"
@@ -120,14 +120,14 @@ async def test_a_huge_error_message_is_fitted(engine: Engine) -> None:
     assert "characters omitted" in result.error.message
 
 
-async def test_undecodable_and_control_names_are_reported_escaped(engine: Engine) -> None:
+async def test_undecodable_and_control_names_are_reported_escaped(real_engine: Engine) -> None:
     code = (
         "open(b'\\xff', 'w').write('ff')\n"
         "open('line\\nbreak', 'w').write('nl')\n"
         "open('\\x1b[31mred', 'w').write('esc')\n"
         "open('fine.txt', 'w').write('ok')\n"
     )
-    result = await engine.run(code, limits=LIMITS)
+    result = await real_engine.run(code, limits=LIMITS)
     assert result.outcome == "ok", (result.outcome, result.message, result.stderr)
     paths = sorted(f.path for f in result.files)
     assert paths == ["\\x1b[31mred", "\\xff", "fine.txt", "line\\nbreak"]
@@ -136,7 +136,7 @@ async def test_undecodable_and_control_names_are_reported_escaped(engine: Engine
     assert result.read_file("line\\nbreak") == b"nl"
 
 
-async def test_a_deep_tree_is_walked_within_bounds(engine: Engine) -> None:
+async def test_a_deep_tree_is_walked_within_bounds(real_engine: Engine) -> None:
     code = (
         "import os\n"
         "open('top.txt', 'w').write('top')\n"
@@ -148,15 +148,15 @@ async def test_a_deep_tree_is_walked_within_bounds(engine: Engine) -> None:
         "open('bottom.txt', 'w').write('bottom')\n"
     )
     with anyio.fail_after(60):
-        result: ExecutionResult = await engine.run(code, limits=LIMITS)
+        result: ExecutionResult = await real_engine.run(code, limits=LIMITS)
     assert result.outcome == "ok", (result.outcome, result.message, result.stderr[-500:])
     middle = "d/" * 100 + "middle.txt"
     assert [f.path for f in result.files] == ["top.txt", middle]  # the bottom is too deep to name
     assert result.read_file(middle) == b"middle"
 
 
-async def test_display_streams_while_a_session_run_waits(engine: Engine) -> None:
-    session = await engine.open_session(limits=LIMITS)
+async def test_display_streams_while_a_session_run_waits(real_engine: Engine) -> None:
+    session = await real_engine.open_session(limits=LIMITS)
     try:
         code = (
             "import os, time\n"
@@ -180,7 +180,7 @@ async def test_display_streams_while_a_session_run_waits(engine: Engine) -> None
         await session.close()
 
 
-async def test_lone_surrogates_from_user_code_are_escaped(engine: Engine) -> None:
+async def test_lone_surrogates_from_user_code_are_escaped(real_engine: Engine) -> None:
     code = (
         "class S:\n"
         "    def __repr__(self):\n"
@@ -188,19 +188,19 @@ async def test_lone_surrogates_from_user_code_are_escaped(engine: Engine) -> Non
         "display({'text/plain': '\\ud800' * 70_000}, raw=True)\n"
         "S()"
     )
-    result = await engine.run(code, limits=LIMITS)
+    result = await real_engine.run(code, limits=LIMITS)
     assert result.outcome == "ok", (result.outcome, result.message)
     assert result.result == {"text/plain": "a\\udcffb"}
     (shown,) = result.display
     assert shown["text/plain"].startswith("\\ud800")
     assert len(shown["text/plain"]) <= LIMITS.output_chars
-    failed = await engine.run("raise ValueError('\\udcff')", limits=LIMITS)
+    failed = await real_engine.run("raise ValueError('\\udcff')", limits=LIMITS)
     assert failed.outcome == "python_error", (failed.outcome, failed.message)
     assert failed.error is not None
     assert failed.error.message == "\\udcff"
 
 
-async def test_a_rich_repr_that_is_not_json_is_dropped(engine: Engine) -> None:
+async def test_a_rich_repr_that_is_not_json_is_dropped(real_engine: Engine) -> None:
     code = (
         "class Odd:\n"
         "    def _repr_json_(self):\n"
@@ -210,7 +210,7 @@ async def test_a_rich_repr_that_is_not_json_is_dropped(engine: Engine) -> None:
         "display(Odd())\n"
         "Odd()"
     )
-    result = await engine.run(code, limits=LIMITS)
+    result = await real_engine.run(code, limits=LIMITS)
     assert result.outcome == "ok", (result.outcome, result.message, result.stderr[-300:])
     assert result.result == {"text/plain": "odd"}
     assert result.display == ({"text/plain": "odd"},)

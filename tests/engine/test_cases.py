@@ -1,4 +1,6 @@
-"""Engine.run_cases: one program, many cases, each a fresh run forked from a case server."""
+"""Engine.run_cases: one program, many cases, each a fresh run forked from a case server (real
+workers: a case names its server from inside it); code refused before it runs, on the
+sandbox's in-process twin."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from corral.errors import EngineClosed
 from corral.sandbox import CaseServer
 from corral.sandbox._case_protocol import CaseEnded
 
-pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
+pytestmark = pytest.mark.anyio
 
 # Each pid namespace has an inode of its own: the cases of one case server share it.
 # Names the case's server: its pid namespace, and (since the kernel reuses a freed namespace's
@@ -29,24 +31,24 @@ NAMESPACE = (
 )
 
 
-async def test_results_come_in_case_order_and_servers_are_reused(engine: Engine) -> None:
+async def test_results_come_in_case_order_and_servers_are_reused(real_engine: Engine) -> None:
     cases = [Case(stdin=f"{i}\n".encode()) for i in range(12)]
-    results = await engine.run_cases(NAMESPACE, cases, limits=Limits(timeout=10))
+    results = await real_engine.run_cases(NAMESPACE, cases, limits=Limits(timeout=10))
     assert [r.outcome for r in results] == ["ok"] * 12
     assert [r.stdout.split()[1] for r in results] == [str(i) for i in range(12)]
     servers = {r.stdout.split()[0] for r in results}
     # Alone on the engine, the batch opens a lane per worker, each one case server.
-    assert len(servers) == engine.capacity
+    assert len(servers) == real_engine.capacity
 
 
-async def test_each_case_has_its_own_limits(engine: Engine) -> None:
+async def test_each_case_has_its_own_limits(real_engine: Engine) -> None:
     code = "import time\ntime.sleep(float(input()))\nprint('slept')"
     cases = [
         Case(stdin=b"5\n", limits=Limits(timeout=0.5)),
         Case(stdin=b"0\n"),
         Case(stdin=b"0.1\n", limits=Limits(timeout=5)),
     ]
-    results = await engine.run_cases(code, cases, limits=Limits(timeout=3))
+    results = await real_engine.run_cases(code, cases, limits=Limits(timeout=3))
     assert [r.outcome for r in results] == ["timeout", "ok", "ok"]
     assert "0.5 s" in results[0].message
     first, second = results[1].evidence, results[2].evidence
@@ -57,7 +59,7 @@ async def test_each_case_has_its_own_limits(engine: Engine) -> None:
 
 
 async def test_a_server_that_misses_its_grace_is_killed_and_replaced(
-    engine: Engine, monkeypatch: pytest.MonkeyPatch
+    real_engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def never(self: CaseServer) -> CaseEnded:
         await anyio.sleep_forever()
@@ -67,15 +69,15 @@ async def test_a_server_that_misses_its_grace_is_killed_and_replaced(
     monkeypatch.setattr(cases_module, "STOP_GRACE", 0.0)
     monkeypatch.setattr(CaseServer, "_ended", never)
     cases = [Case(stdin=f"{i}\n".encode()) for i in range(6)]
-    results = await engine.run_cases(NAMESPACE, cases, limits=Limits(timeout=10))
+    results = await real_engine.run_cases(NAMESPACE, cases, limits=Limits(timeout=10))
     assert [r.outcome for r in results] == ["ok"] * 6  # each had reported before its stop
     assert len({r.stdout.split()[0] for r in results}) == 6  # a new server every time
-    healthy = await engine.run_cases("print('fine')", [Case()])
+    healthy = await real_engine.run_cases("print('fine')", [Case()])
     assert healthy[0].stdout == "fine\n"
 
 
 async def test_a_case_that_breaks_what_its_server_restores_ends_that_server(
-    engine: Engine,
+    real_engine: Engine,
 ) -> None:
     # The case's clean-up runs after its slot is given back, and its lane's next case waits
     # for it: a server that could not put /tmp back serves no later case.
@@ -85,13 +87,14 @@ async def test_a_case_that_breaks_what_its_server_restores_ends_that_server(
         + "\nif input() == 'break':\n    shutil.rmtree('/tmp/matplotlib')\n"
     )
     stdins = [b"break\n", *[b"keep\n"] * 5]
-    results = await engine.run_cases(code, [Case(stdin=s) for s in stdins])
+    results = await real_engine.run_cases(code, [Case(stdin=s) for s in stdins])
     assert [r.outcome for r in results] == ["ok"] * 6
     seen = [r.stdout.split() for r in results]
     assert [fresh for _, fresh in seen] == ["True"] * 6
     assert seen[0][0] not in {server for server, _ in seen[1:]}
 
 
+@pytest.mark.isolation
 async def test_a_case_clean_up_ends_before_the_next_case_asks_for_its_slot(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -160,19 +163,19 @@ AFTER_LEADING_IMPORTS = {
 
 @pytest.mark.parametrize("code", AFTER_LEADING_IMPORTS.values(), ids=AFTER_LEADING_IMPORTS)
 async def test_a_case_after_leading_imports_is_what_a_fresh_run_gives(
-    engine: Engine, code: str
+    real_engine: Engine, code: str
 ) -> None:
     stdins = [b"1\n2\n3\n", b"2\n", b"3\n"]
-    batch = await engine.run_cases(code, [Case(stdin=s) for s in stdins])
-    fresh = [await engine.run(code, stdin=s) for s in stdins]
+    batch = await real_engine.run_cases(code, [Case(stdin=s) for s in stdins])
+    fresh = [await real_engine.run(code, stdin=s) for s in stdins]
     for case, run in zip(batch, fresh, strict=True):
         assert (case.outcome, case.stdout, case.stderr) == (run.outcome, run.stdout, run.stderr)
         assert case.error == run.error
 
 
-async def test_leading_imports_keep_tracebacks_and_later_imports(engine: Engine) -> None:
+async def test_leading_imports_keep_tracebacks_and_later_imports(real_engine: Engine) -> None:
     stdins = [b"1\n", b"2\n", b"3\n"]
-    results = await engine.run_cases(LEADING_IMPORTS, [Case(stdin=s) for s in stdins])
+    results = await real_engine.run_cases(LEADING_IMPORTS, [Case(stdin=s) for s in stdins])
     assert [r.outcome for r in results] == ["ok", "python_error", "ok"]
     assert "line 7, in <module>" in results[1].stderr
     assert "Beautiful is better than ugly" in results[2].stdout
@@ -188,17 +191,17 @@ async def test_a_closed_engine_refuses_a_batch() -> None:
         await Engine().run_cases("print(1)", [Case()])
 
 
-async def test_a_cancelled_batch_stops_its_cases_and_servers(engine: Engine) -> None:
-    lean = engine._zygote_handles()["lean"]
+async def test_a_cancelled_batch_stops_its_cases_and_servers(real_engine: Engine) -> None:
+    lean = real_engine._zygote_handles()["lean"]
     assert lean.pid is not None
     before = _children(lean.pid)
     with anyio.move_on_after(1.5):
-        await engine.run_cases("while True: pass", [Case()] * 4, limits=Limits(timeout=30))
-    assert engine.statistics().running == 0
+        await real_engine.run_cases("while True: pass", [Case()] * 4, limits=Limits(timeout=30))
+    assert real_engine.statistics().running == 0
     with anyio.fail_after(10):
         while _children(lean.pid) > before:  # noqa: ASYNC110 - no event for a reaped process
             await anyio.sleep(0.05)
-    [after] = await engine.run_cases("print('fine')", [Case()])
+    [after] = await real_engine.run_cases("print('fine')", [Case()])
     assert after.stdout == "fine\n"
 
 

@@ -1,4 +1,4 @@
-"""Engine.drain, the engine side of a graceful stop, on the in-process sandbox stand-in under
+"""Engine.drain, the engine side of a graceful stop, on the sandbox's in-process twin under
 trio's MockClock (the real SIGTERM test is tests/http/test_shutdown.py)."""
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from trio.testing import MockClock
 from corral._limits import Limits
 from corral.engine import Engine, ExecutionResult
 from corral.errors import EngineClosed
-from corral.sandbox import RunRequest
-from tests.fake_sandbox import FakeIO, FakeReply, fake_sandbox
+from corral.sandbox import InProcessBackend, RunRequest, TwinIO, TwinReply
 
 pytestmark = pytest.mark.anyio
 
@@ -24,17 +23,19 @@ def anyio_backend() -> tuple[str, dict[str, Any]]:
     return "trio", {"clock": MockClock(autojump_threshold=0)}
 
 
-async def _sleeps(request: RunRequest, fake: FakeIO) -> FakeReply:
+async def _sleeps(request: RunRequest, io: TwinIO) -> TwinReply:
     await anyio.sleep(float(request.code))
-    await fake.stdout("done\n")
-    return FakeReply()
+    await io.stdout("done\n")
+    return TwinReply()
 
 
 @pytest.fixture
-async def engine(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Engine]:
-    with fake_sandbox(monkeypatch, _sleeps):
-        async with Engine(capacity=2, pool_size=2, lean=False, limits=Limits(timeout=600)) as e:
-            yield e
+async def engine() -> AsyncIterator[Engine]:
+    twin = InProcessBackend(_sleeps)
+    async with Engine(
+        capacity=2, pool_size=2, lean=False, limits=Limits(timeout=600), backend=twin
+    ) as started:
+        yield started
 
 
 async def test_drain_lets_runs_finish_within_the_grace_then_cancels_the_rest(

@@ -1,4 +1,5 @@
-"""The Engine with real workers: result shape, evidence, queueing, cancellation, recovery."""
+"""The Engine: result shape, queueing and cancellation on the sandbox's in-process twin;
+evidence, resource use, random state, killed workers and zygotes with real workers."""
 
 from __future__ import annotations
 
@@ -20,12 +21,15 @@ import corral
 from corral._limits import Limits
 from corral.engine import Engine, ExecutionResult, Input, RunEvent
 from corral.errors import EngineClosed
+from corral.sandbox import Zygote
+from tests.engine.twinkit import StandIn, standing_in, twin_engine
 
-pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
+pytestmark = pytest.mark.anyio
 
 LIMITS = Limits(timeout=10)
 HOLD = "import time\ntime.sleep(60)"
-"""Code that occupies a worker until the test cancels it or its deadline passes."""
+"""Code that occupies a worker until the test cancels it or its deadline passes (on the twin a
+stand-in that waits)."""
 
 
 class Recorder:
@@ -49,8 +53,11 @@ class Recorder:
 
 @pytest.fixture
 async def small_engine() -> AsyncIterator[Engine]:
-    """Capacity 1, one queue place: its own engine, so the shared one stays unqueued."""
-    async with Engine(capacity=1, queue_size=1, pool_size=1, limits=LIMITS) as started:
+    """Capacity 1, one queue place, on the twin."""
+    handler = standing_in({HOLD: StandIn()})
+    async with twin_engine(
+        handler, capacity=1, queue_size=1, pool_size=1, limits=LIMITS
+    ) as started:
         yield started
 
 
@@ -82,6 +89,7 @@ async def _sleeping_worker(engine: Engine, name: str) -> int:
     with anyio.fail_after(10):
         while True:
             for host in engine._zygote_handles().values():
+                assert isinstance(host, Zygote)
                 for pid in list(host._workers):
                     if _named_and_sleeping(pid, name):
                         return pid
@@ -131,11 +139,11 @@ async def test_result_shape_and_dial_fields(engine: Engine) -> None:
     assert 0 <= ok.queued_ms <= ok.elapsed_ms
 
 
-async def test_evidence_records_code_runtime_inputs_and_limits(engine: Engine) -> None:
+async def test_evidence_records_code_runtime_inputs_and_limits(real_engine: Engine) -> None:
     code = "print(open(input_files['notes']).read())  # é"
     notes = Input(id="notes", text=b"hello", original=b"\x00raw")
     limits = Limits(timeout=7, output_chars=5000)
-    result = await engine.run(code, inputs=[notes], limits=limits)
+    result = await real_engine.run(code, inputs=[notes], limits=limits)
     assert result.outcome == "ok", result.stderr
     assert result.stdout == "hello\n"
     evidence = result.evidence
@@ -151,8 +159,8 @@ async def test_evidence_records_code_runtime_inputs_and_limits(engine: Engine) -
     ]
 
 
-async def test_results_carry_resource_use(engine: Engine) -> None:
-    result = await engine.run(
+async def test_results_carry_resource_use(real_engine: Engine) -> None:
+    result = await real_engine.run(
         "data = bytearray(64 * 1024 * 1024)\ntotal = sum(range(3_000_000))", limits=LIMITS
     )
     assert result.outcome == "ok", result.stderr
@@ -194,11 +202,11 @@ async def test_events_carry_metadata_only(engine: Engine) -> None:
 # random state -------------------------------------------------------------------------------
 
 
-async def test_random_state_differs_between_runs(engine: Engine) -> None:
+async def test_random_state_differs_between_runs(real_engine: Engine) -> None:
     code = "import json, random, numpy\nprint(json.dumps([random.random(), numpy.random.rand()]))"
     draws = []
     for _ in range(4):
-        result = await engine.run(code, limits=LIMITS)
+        result = await real_engine.run(code, limits=LIMITS)
         assert result.outcome == "ok", result.stderr
         draws.append(json.loads(result.stdout))
     assert len({d[0] for d in draws}) == len(draws)
@@ -208,7 +216,7 @@ async def test_random_state_differs_between_runs(engine: Engine) -> None:
 # deadlines and cancellation -----------------------------------------------------------------
 
 
-async def test_cancelling_a_running_run_kills_it(engine: Engine) -> None:
+async def test_cancelling_a_running_run_kills_it(real_engine: Engine) -> None:
     recorder = Recorder()
     cancel = anyio.Event()
     results: dict[str, ExecutionResult] = {}
@@ -216,11 +224,11 @@ async def test_cancelling_a_running_run_kills_it(engine: Engine) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(
             lambda: _run_into(
-                engine, results, "run", _hold_as(name), limits=LIMITS, on_event=recorder,
+                real_engine, results, "run", _hold_as(name), limits=LIMITS, on_event=recorder,
                 cancel=cancel,
             )
         )  # fmt: skip
-        pid = await _sleeping_worker(engine, name)
+        pid = await _sleeping_worker(real_engine, name)
         cancelled_at = time.perf_counter()
         cancel.set()
         await recorder.wait("finished")
@@ -333,17 +341,17 @@ async def test_third_concurrent_run_is_busy(small_engine: Engine) -> None:
 # crashes ------------------------------------------------------------------------------------
 
 
-async def test_sigkill_of_a_running_worker_gives_worker_error(engine: Engine) -> None:
+async def test_sigkill_of_a_running_worker_gives_worker_error(real_engine: Engine) -> None:
     recorder = Recorder()
     results: dict[str, ExecutionResult] = {}
     name = f"victim-{secrets.token_hex(4)}"
     async with anyio.create_task_group() as tg:
         tg.start_soon(
             lambda: _run_into(
-                engine, results, "victim", _hold_as(name), limits=LIMITS, on_event=recorder
+                real_engine, results, "victim", _hold_as(name), limits=LIMITS, on_event=recorder
             )
         )
-        host_pid = await _sleeping_worker(engine, name)
+        host_pid = await _sleeping_worker(real_engine, name)
         pidfd = os.pidfd_open(host_pid)
         try:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)  # as the OOM killer would
@@ -356,10 +364,11 @@ async def test_sigkill_of_a_running_worker_gives_worker_error(engine: Engine) ->
     assert result.message
     assert str(host_pid) not in result.message  # a tenant learns nothing of the host's pids
     assert result.stdout == "alive\n"
-    after = await engine.run("print('next')", limits=LIMITS)
+    after = await real_engine.run("print('next')", limits=LIMITS)
     assert (after.outcome, after.stdout) == ("ok", "next\n")
 
 
+@pytest.mark.isolation
 async def test_killing_the_zygote_is_recovered_from() -> None:
     # One zygote, so that the runs in flight are certainly its workers.
     async with Engine(capacity=2, limits=LIMITS, lean=False) as engine:
@@ -390,6 +399,7 @@ async def test_killing_the_zygote_is_recovered_from() -> None:
         assert (after.outcome, after.stdout) == ("ok", "recovered\n")
 
 
+@pytest.mark.isolation
 async def test_a_run_during_a_zygote_restart_does_not_hang() -> None:
     async with Engine(capacity=1, pool_size=1, limits=LIMITS, lean=False) as engine:
         host = engine._zygote
@@ -407,7 +417,7 @@ async def test_a_run_during_a_zygote_restart_does_not_hang() -> None:
 
 
 async def test_a_closed_engine_refuses_work() -> None:
-    engine = Engine(capacity=1)
+    engine = twin_engine(capacity=1)
     with pytest.raises(EngineClosed):
         await engine.run("print(1)")
     async with engine:

@@ -1,4 +1,5 @@
-"""``Engine.run(stdin=, files=, queue_timeout=)``: what a one-shot run is fed, in real workers."""
+"""``Engine.run(stdin=, files=, queue_timeout=)``: what a one-shot run is fed, in real workers;
+what is refused before a run starts, on the sandbox's in-process twin."""
 
 from __future__ import annotations
 
@@ -7,36 +8,36 @@ import pytest
 from corral.engine import Case, Engine
 from corral.engine._feed import MAX_FEED_FILES
 
-pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
+pytestmark = pytest.mark.anyio
 
 
-async def test_stdin_is_fd_0_then_eof(engine: Engine) -> None:
+async def test_stdin_is_fd_0_then_eof(real_engine: Engine) -> None:
     code = "import sys\na = input()\nrest = sys.stdin.read()\nprint(a.upper(), len(rest))"
-    result = await engine.run(code, stdin=b"first\nsecond\nthird\n")
+    result = await real_engine.run(code, stdin=b"first\nsecond\nthird\n")
     assert result.outcome == "ok", result
     assert result.stdout == "FIRST 13\n"
-    raw = await engine.run("print(len(open(0).read()))", stdin=b"abc")
+    raw = await real_engine.run("print(len(open(0).read()))", stdin=b"abc")
     assert raw.stdout == "3\n"
 
 
-async def test_stdin_past_a_pipe_is_spilled_to_a_private_file(engine: Engine) -> None:
+async def test_stdin_past_a_pipe_is_spilled_to_a_private_file(real_engine: Engine) -> None:
     data = b"x" * (1 << 20)
     code = "import os, sys\nprint(len(sys.stdin.buffer.read()), os.listdir('/tmp'))"
-    result = await engine.run(code, stdin=data)
+    result = await real_engine.run(code, stdin=data)
     assert result.stdout.startswith(f"{len(data)} [")
     assert ".corral-stdin" not in result.stdout  # unlinked once open
 
 
-async def test_no_stdin_is_eof_at_once(engine: Engine) -> None:
-    result = await engine.run("import sys\nprint(repr(sys.stdin.read()))\ninput()")
+async def test_no_stdin_is_eof_at_once(real_engine: Engine) -> None:
+    result = await real_engine.run("import sys\nprint(repr(sys.stdin.read()))\ninput()")
     assert result.stdout == "''\n"
     assert result.error is not None
     assert result.error.type == "EOFError"
 
 
-async def test_files_land_in_the_working_folder(engine: Engine) -> None:
+async def test_files_land_in_the_working_folder(real_engine: Engine) -> None:
     code = "import os\nprint(open('a/b.txt').read(), os.getcwd())\nopen('out', 'w').write('o')"
-    result = await engine.run(code, files={"a/b.txt": b"given", "./c": b""})
+    result = await real_engine.run(code, files={"a/b.txt": b"given", "./c": b""})
     assert result.stdout == "given /work\n"
     assert sorted(f.path for f in result.files) == ["a/b.txt", "c", "out"]
     assert result.read_file("out") == b"o"
@@ -59,8 +60,8 @@ async def test_bad_files_are_invalid_input(
     assert reason in result.message
 
 
-async def test_sessions_are_not_fed(engine: Engine) -> None:
-    session = await engine.open_session()
+async def test_sessions_are_not_fed(real_engine: Engine) -> None:
+    session = await real_engine.open_session()
     try:
         result = await session.run("import sys\nprint(repr(sys.stdin.read()))")
     finally:

@@ -1,7 +1,9 @@
 """Output fitting: exact omission counts, both bounds, bounded server memory.
 
-The unit tests drive StreamFitter, render and fit_channels directly; the isolation tests flood
-real workers and check the same promises end to end.
+The unit tests drive StreamFitter, render and fit_channels directly; the floods run code that
+floods the engine's reader (on the sandbox's in-process twin) and check the same promises end
+to end; the 200 MB print runs in a real worker, as its output must never be held in this
+process.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import pytest
 
 from corral._limits import Limits
 from corral.engine import Engine, ExecutionResult
-from corral.engine._fit import StreamFitter, fit_channels, marker, render
+from corral.engine._fit import STREAM_CUT, StreamFitter, fit_channels, marker, render
 
 # helpers -----------------------------------------------------------------------------------
 
@@ -57,6 +59,24 @@ def test_stream_fitter_keeps_a_head_and_a_tail_and_counts_the_rest() -> None:
         fitter.feed(chunk.encode())
     assert fitter.finish() == ("abcd", "nopq", 9)
     assert fitter.total == 17
+
+
+def test_a_live_listener_is_told_once_where_streaming_stops() -> None:
+    streamed: list[str] = []
+    fitter = StreamFitter(10, streamed.append)
+    fitter.feed(b"0123456")
+    fitter.feed(b"789abc")  # the head fills at "9"
+    fitter.feed(b"defgh")
+    assert streamed == ["0123456", "789", STREAM_CUT]
+    head, tail, _ = fitter.finish()
+    assert STREAM_CUT not in head + tail  # the result marks its own cut
+
+
+def test_a_listener_under_the_ceiling_hears_no_cut() -> None:
+    streamed: list[str] = []
+    fitter = StreamFitter(10, streamed.append)
+    fitter.feed(b"0123456789")
+    assert streamed == ["0123456789"]
 
 
 def test_stream_fitter_memory_is_bounded_by_its_ceiling() -> None:
@@ -181,7 +201,7 @@ def test_fit_channels_shares_the_byte_budget_fairly() -> None:
         assert_fit(originals[name], text, omitted, 64_000, 20_000)
 
 
-# real floods -------------------------------------------------------------------------------
+# floods -------------------------------------------------------------------------------
 
 
 def _ok(result: ExecutionResult) -> ExecutionResult:
@@ -190,7 +210,6 @@ def _ok(result: ExecutionResult) -> ExecutionResult:
 
 
 @pytest.mark.anyio
-@pytest.mark.isolation
 async def test_flood_is_fitted_with_exact_counts(engine: Engine) -> None:
     result = _ok(await engine.run("print('x' * 200_000)", limits=Limits(output_chars=1000)))
     assert len(result.stdout) <= 1000
@@ -203,7 +222,6 @@ async def test_flood_is_fitted_with_exact_counts(engine: Engine) -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.isolation
 async def test_stderr_and_result_are_fitted_too(engine: Engine) -> None:
     result = _ok(
         await engine.run(
@@ -221,7 +239,6 @@ async def test_stderr_and_result_are_fitted_too(engine: Engine) -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.isolation
 @pytest.mark.parametrize("char", ["é", "中"])
 async def test_multibyte_flood_against_the_character_ceiling(engine: Engine, char: str) -> None:
     result = _ok(
@@ -236,7 +253,6 @@ async def test_multibyte_flood_against_the_character_ceiling(engine: Engine, cha
 
 
 @pytest.mark.anyio
-@pytest.mark.isolation
 @pytest.mark.parametrize("char", ["é", "中"])
 async def test_multibyte_flood_against_the_byte_bound(engine: Engine, char: str) -> None:
     limits = Limits(output_chars=64_000, output_bytes=6000)
@@ -258,12 +274,12 @@ async def test_multibyte_flood_against_the_byte_bound(engine: Engine, char: str)
 
 @pytest.mark.anyio
 @pytest.mark.isolation
-async def test_a_200_mb_print_ends_on_time_with_bounded_server_memory(engine: Engine) -> None:
+async def test_a_200_mb_print_ends_on_time_with_bounded_server_memory(real_engine: Engine) -> None:
     size = 200 * 1024 * 1024
     before_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.perf_counter()
     result = _ok(
-        await engine.run(
+        await real_engine.run(
             "import sys\nchunk = 'y' * (1 << 20)\n"
             "for _ in range(200):\n    sys.stdout.write(chunk)",
             limits=Limits(timeout=20),

@@ -79,9 +79,9 @@ def _descendants_of_workers(zygote: int) -> set[int]:
 
 
 @pytest.fixture
-async def no_leftovers(engine: Engine) -> AsyncIterator[None]:
+async def no_leftovers(real_engine: Engine) -> AsyncIterator[None]:
     """Fail if a test leaves processes behind that its worker started."""
-    zygotes = [host.pid for host in engine._zygote_handles().values() if host.pid is not None]
+    zygotes = [host.pid for host in real_engine._zygote_handles().values() if host.pid is not None]
     assert zygotes
 
     def leftovers() -> set[int]:
@@ -103,31 +103,33 @@ def test_the_guard_refuses_outside_the_sandbox() -> None:
 
 
 @pytest.mark.usefixtures("no_leftovers")
-async def test_fork_bomb_is_contained(engine: Engine) -> None:
+async def test_fork_bomb_is_contained(real_engine: Engine) -> None:
     result, elapsed = await hostile(
-        engine,
+        real_engine,
         "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
     )
     assert result.outcome == "timeout", result.message
     assert elapsed < TIMEOUT + GRACE
-    await still_healthy(engine)
+    await still_healthy(real_engine)
 
 
-async def test_memory_bomb_gives_memory_limit(engine: Engine) -> None:
+async def test_memory_bomb_gives_memory_limit(real_engine: Engine) -> None:
     limits = Limits(timeout=10, memory_bytes=256 * 1024 * 1024)
     result, elapsed = await hostile(
-        engine, "hoard = []\nwhile True:\n    hoard.append(bytearray(16 * 1024 * 1024))\n", limits
+        real_engine,
+        "hoard = []\nwhile True:\n    hoard.append(bytearray(16 * 1024 * 1024))\n",
+        limits,
     )
     assert result.outcome == "memory_limit", (result.outcome, result.message, result.stderr)
     assert result.status == "FAILURE"
     assert elapsed < limits.timeout + GRACE
-    await still_healthy(engine)
+    await still_healthy(real_engine)
 
 
-async def test_numpy_memory_bomb_gives_memory_limit(engine: Engine) -> None:
+async def test_numpy_memory_bomb_gives_memory_limit(real_engine: Engine) -> None:
     limits = Limits(timeout=10, memory_bytes=256 * 1024 * 1024)
     result, elapsed = await hostile(
-        engine, "import numpy\nbig = numpy.ones(1 << 30, dtype=numpy.uint8)\n", limits
+        real_engine, "import numpy\nbig = numpy.ones(1 << 30, dtype=numpy.uint8)\n", limits
     )
     assert result.outcome == "memory_limit", (result.outcome, result.message, result.stderr)
     assert elapsed < limits.timeout + GRACE
@@ -148,22 +150,22 @@ async def test_numpy_memory_bomb_gives_memory_limit(engine: Engine) -> None:
         ),
     ],
 )
-async def test_busy_loop_times_out(engine: Engine, loop: str) -> None:
-    result, elapsed = await hostile(engine, loop)
+async def test_busy_loop_times_out(real_engine: Engine, loop: str) -> None:
+    result, elapsed = await hostile(real_engine, loop)
     assert result.outcome == "timeout", (result.outcome, result.message, result.stderr)
     assert TIMEOUT <= elapsed < TIMEOUT + GRACE
 
 
-async def test_sleep_past_the_deadline_times_out(engine: Engine) -> None:
-    result, elapsed = await hostile(engine, "import time\ntime.sleep(600)\n")
+async def test_sleep_past_the_deadline_times_out(real_engine: Engine) -> None:
+    result, elapsed = await hostile(real_engine, "import time\ntime.sleep(600)\n")
     assert result.outcome == "timeout"
     assert TIMEOUT <= elapsed < TIMEOUT + GRACE
     assert str(TIMEOUT) in result.message or f"{TIMEOUT:g}" in result.message
 
 
-async def test_ignored_signals_do_not_prevent_the_kill(engine: Engine) -> None:
+async def test_ignored_signals_do_not_prevent_the_kill(real_engine: Engine) -> None:
     result, elapsed = await hostile(
-        engine,
+        real_engine,
         "import signal\n"
         "for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM,\n"
         "            signal.SIGXCPU):\n"
@@ -177,12 +179,12 @@ async def test_ignored_signals_do_not_prevent_the_kill(engine: Engine) -> None:
     )
     assert result.outcome == "timeout"
     assert TIMEOUT <= elapsed < TIMEOUT + GRACE
-    await still_healthy(engine)
+    await still_healthy(real_engine)
 
 
-async def test_kill_every_process_reaches_only_its_own_namespace(engine: Engine) -> None:
+async def test_kill_every_process_reaches_only_its_own_namespace(real_engine: Engine) -> None:
     result, elapsed = await hostile(
-        engine,
+        real_engine,
         "import subprocess\n"
         "child = subprocess.Popen(['sleep', '600'])\n"
         "os.kill(-1, 9)\n"
@@ -193,14 +195,14 @@ async def test_kill_every_process_reaches_only_its_own_namespace(engine: Engine)
     assert result.outcome == "ok", (result.outcome, result.message, result.stderr)
     assert result.stdout == CONFIRMED + "child -9\nsurvived\n"
     assert elapsed < 10
-    await still_healthy(engine)
+    await still_healthy(real_engine)
 
 
 @pytest.mark.usefixtures("no_leftovers")
-async def test_a_daemonised_child_does_not_outlive_its_run(engine: Engine) -> None:
+async def test_a_daemonised_child_does_not_outlive_its_run(real_engine: Engine) -> None:
     name = f"daemon-{secrets.token_hex(4)}"
     result, _ = await hostile(
-        engine,
+        real_engine,
         "import sys, time\n"
         "if os.fork() == 0:\n"
         "    os.setsid()\n"
@@ -214,24 +216,26 @@ async def test_a_daemonised_child_does_not_outlive_its_run(engine: Engine) -> No
     assert result.outcome == "ok", (result.outcome, result.message, result.stderr)
 
 
-async def test_segfault_gives_worker_error(engine: Engine) -> None:
+async def test_segfault_gives_worker_error(real_engine: Engine) -> None:
     result, elapsed = await hostile(
-        engine, "import ctypes\nctypes.string_at(0)\n", Limits(timeout=10)
+        real_engine, "import ctypes\nctypes.string_at(0)\n", Limits(timeout=10)
     )
     assert result.outcome == "worker_error", (result.outcome, result.message)
     assert result.status == "FAILURE"
     assert elapsed < 10
-    await still_healthy(engine)
+    await still_healthy(real_engine)
 
 
-async def test_abort_gives_worker_error(engine: Engine) -> None:
-    result, _ = await hostile(engine, "os.abort()\n", Limits(timeout=10))
+async def test_abort_gives_worker_error(real_engine: Engine) -> None:
+    result, _ = await hostile(real_engine, "os.abort()\n", Limits(timeout=10))
     assert result.outcome == "worker_error", (result.outcome, result.message)
 
 
-async def test_oversized_frame_on_the_protocol_socket_gives_worker_error(engine: Engine) -> None:
+async def test_oversized_frame_on_the_protocol_socket_gives_worker_error(
+    real_engine: Engine,
+) -> None:
     result, elapsed = await hostile(
-        engine,
+        real_engine,
         "os.write(3, (0xFFFFFFF0).to_bytes(4, 'big') + b'J')\nimport time\ntime.sleep(600)\n",
         Limits(timeout=10),
     )
@@ -239,9 +243,11 @@ async def test_oversized_frame_on_the_protocol_socket_gives_worker_error(engine:
     assert elapsed < 5  # refused from the header, not after the deadline
 
 
-async def test_malformed_frame_on_the_protocol_socket_gives_worker_error(engine: Engine) -> None:
+async def test_malformed_frame_on_the_protocol_socket_gives_worker_error(
+    real_engine: Engine,
+) -> None:
     result, elapsed = await hostile(
-        engine,
+        real_engine,
         "junk = b'{not json'\n"
         "os.write(3, len(junk).to_bytes(4, 'big') + b'J' + junk)\n"
         "import time\ntime.sleep(600)\n",
@@ -257,9 +263,9 @@ _ENDLESS_OUTPUT = (
 )
 
 
-async def test_endless_output_ends_on_time_with_bounded_server_memory(engine: Engine) -> None:
+async def test_endless_output_ends_on_time_with_bounded_server_memory(real_engine: Engine) -> None:
     before_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    result, elapsed = await hostile(engine, _ENDLESS_OUTPUT)
+    result, elapsed = await hostile(real_engine, _ENDLESS_OUTPUT)
     assert result.outcome == "timeout"
     assert elapsed < TIMEOUT + GRACE
     grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before_kb
@@ -269,9 +275,9 @@ async def test_endless_output_ends_on_time_with_bounded_server_memory(engine: En
     assert len(result.stdout) <= Limits().output_chars
 
 
-async def test_a_killed_run_still_respects_both_output_bounds(engine: Engine) -> None:
+async def test_a_killed_run_still_respects_both_output_bounds(real_engine: Engine) -> None:
     limits = Limits(timeout=TIMEOUT, output_chars=1000, output_bytes=1500)
-    result, _ = await hostile(engine, _ENDLESS_OUTPUT, limits)
+    result, _ = await hostile(real_engine, _ENDLESS_OUTPUT, limits)
     assert result.outcome == "timeout"
     # The bounds hold for a killed run too, whatever the engine adds to explain it.
     chars = (len(result.stdout), len(result.stderr))

@@ -1,4 +1,6 @@
-"""Engine.run_case: calls that repeat a program fork from a case server kept for it."""
+"""Engine.run_case: calls that repeat a program fork from a case server kept for it (real
+workers: a case names its server from inside it); the queue bounds that calls waiting for a
+server count against, on the sandbox's in-process twin."""
 
 from __future__ import annotations
 
@@ -8,12 +10,14 @@ from collections.abc import AsyncIterator
 
 import anyio
 import pytest
+from trio.testing import MockClock
 
 from corral._limits import Limits
 from corral.engine import Case, Engine
 from corral.engine import _repeats as repeats_module
+from tests.engine.twinkit import StandIn, standing_in, twin_engine
 
-pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
+pytestmark = pytest.mark.anyio
 
 # A fresh worker is init of its own pid namespace; a case forked from a case server is not.
 # A case names its server: the pid namespace, and (the kernel reuses a freed namespace's
@@ -36,15 +40,15 @@ class Clock:
 
 
 @pytest.fixture
-async def engine() -> AsyncIterator[Engine]:
+async def real_engine() -> AsyncIterator[Engine]:
     async with Engine(capacity=2, limits=Limits(timeout=10)) as started:
         yield started
 
 
 @pytest.fixture
-def clock(engine: Engine) -> Clock:
+def clock(real_engine: Engine) -> Clock:
     fake = Clock()
-    engine._repeats._clock = fake
+    real_engine._repeats._clock = fake
     return fake
 
 
@@ -68,55 +72,57 @@ async def _where(
 
 
 async def test_a_first_call_runs_fresh_and_repeats_fork_from_one_kept_server(
-    engine: Engine,
+    real_engine: Engine,
 ) -> None:
-    places = [await _where(engine, n=n) for n in range(5)]
+    places = [await _where(real_engine, n=n) for n in range(5)]
     assert places[0] == "fresh"
     assert "fresh" not in places[1:]
     assert len(set(places[1:])) == 1  # one after another: one server is enough
-    assert engine._repeats.servers == 1
+    assert real_engine.statistics().case_servers == 1
 
 
-async def test_tenants_and_programs_never_share_a_server(engine: Engine) -> None:
+async def test_tenants_and_programs_never_share_a_server(real_engine: Engine) -> None:
     other_code = WHERE + "# another program\n"
     places: dict[tuple[str, str], set[str]] = {}
     for _ in range(3):
         for tenant in ("a", "b"):
             for code in (WHERE, other_code):
-                places.setdefault((tenant, code), set()).add(await _where(engine, code, tenant))
+                places.setdefault((tenant, code), set()).add(
+                    await _where(real_engine, code, tenant)
+                )
     servers = [where - {"fresh"} for where in places.values()]
     assert all(len(s) == 1 for s in servers)
     assert len(set.union(*servers)) == 4  # one per tenant and program
-    assert engine._repeats.servers == 4
+    assert real_engine.statistics().case_servers == 4
 
 
-async def test_concurrent_repeats_share_at_most_capacity_servers(engine: Engine) -> None:
-    await _where(engine)
+async def test_concurrent_repeats_share_at_most_capacity_servers(real_engine: Engine) -> None:
+    await _where(real_engine)
     answers: dict[int, str] = {}
 
     async def call(n: int) -> None:
-        answers[n] = await _where(engine, n=n)
+        answers[n] = await _where(real_engine, n=n)
 
     async with anyio.create_task_group() as tg:
         for n in range(12):
             tg.start_soon(call, n)
     assert "fresh" not in answers.values()
-    assert len(set(answers.values())) <= engine.capacity
-    assert engine._repeats.servers <= engine.capacity
+    assert len(set(answers.values())) <= real_engine.capacity
+    assert real_engine.statistics().case_servers <= real_engine.capacity
 
 
 async def test_without_a_queue_timeout_a_call_does_not_wait_for_a_busy_server(
-    engine: Engine,
+    real_engine: Engine,
 ) -> None:
     # Queue and run then share the run's timeout, which waiting for one of the program's
     # servers would not count against: with both busy (capacity 2), such a call runs fresh.
     code = "import os, time\ntime.sleep(float(input()))\nprint(os.getpid() == 1)"
-    first = await engine.run_case(code, Case(stdin=b"0\n"))
+    first = await real_engine.run_case(code, Case(stdin=b"0\n"))
     assert first.stdout == "True\n"
     answers: list[str] = []
 
     async def call(seconds: str, queue_timeout: float | None) -> None:
-        result = await engine.run_case(
+        result = await real_engine.run_case(
             code, Case(stdin=f"{seconds}\n".encode()), queue_timeout=queue_timeout
         )
         answers.append(result.stdout.strip())
@@ -125,69 +131,77 @@ async def test_without_a_queue_timeout_a_call_does_not_wait_for_a_busy_server(
         tg.start_soon(call, "1", QUEUE_WAIT)
         tg.start_soon(call, "1", QUEUE_WAIT)
         with anyio.fail_after(QUEUE_WAIT):
-            while engine._repeats.servers < engine.capacity:  # noqa: ASYNC110 - no event
+            while real_engine.statistics().case_servers < real_engine.capacity:  # noqa: ASYNC110 - no event
                 await anyio.sleep(0.01)
         tg.start_soon(call, "0", None)
     assert sorted(answers) == ["False", "False", "True"]
 
 
-async def test_a_case_that_times_out_leaves_its_server_serving(engine: Engine) -> None:
+async def test_a_case_that_times_out_leaves_its_server_serving(real_engine: Engine) -> None:
     code = "import time, os\nn = float(input())\ntime.sleep(n)\nprint(os.getpid() == 1)"
     quick = Case(stdin=b"0\n")
-    first = await engine.run_case(code, quick)
+    first = await real_engine.run_case(code, quick)
     assert first.stdout == "True\n"  # fresh
-    slow = await engine.run_case(code, Case(stdin=b"30\n", limits=Limits(timeout=0.5)))
+    slow = await real_engine.run_case(code, Case(stdin=b"30\n", limits=Limits(timeout=0.5)))
     assert slow.outcome == "timeout"
-    after = await engine.run_case(code, quick)
+    after = await real_engine.run_case(code, quick)
     assert (after.outcome, after.stdout) == ("ok", "False\n")  # a case again
-    assert engine._repeats.servers == 1
+    assert real_engine.statistics().case_servers == 1
 
 
 async def test_a_program_not_repeated_within_the_window_runs_fresh(
-    engine: Engine, clock: Clock
+    real_engine: Engine, clock: Clock
 ) -> None:
-    assert await _where(engine) == "fresh"
+    assert await _where(real_engine) == "fresh"
     clock.now += repeats_module.REPEAT_WINDOW + 1
-    assert await _where(engine) == "fresh"
+    assert await _where(real_engine) == "fresh"
     clock.now += 1
-    assert await _where(engine) != "fresh"
+    assert await _where(real_engine) != "fresh"
 
 
-async def test_idle_servers_are_closed(engine: Engine, clock: Clock) -> None:
-    await _where(engine)
-    kept = await _where(engine)
-    assert engine._repeats.servers == 1
+async def test_idle_servers_are_closed(real_engine: Engine, clock: Clock) -> None:
+    await _where(real_engine)
+    kept = await _where(real_engine)
+    assert real_engine.statistics().case_servers == 1
     clock.now += repeats_module.IDLE_SECONDS - 1
-    engine._repeats.expire()
-    assert engine._repeats.servers == 1
-    assert await _where(engine) == kept
+    real_engine._repeats.expire()
+    assert real_engine.statistics().case_servers == 1
+    assert await _where(real_engine) == kept
     clock.now += repeats_module.IDLE_SECONDS
-    engine._repeats.expire()
-    assert engine._repeats.servers == 0
-    replaced = await _where(engine)
+    real_engine._repeats.expire()
+    assert real_engine.statistics().case_servers == 0
+    replaced = await _where(real_engine)
     assert replaced not in ("fresh", kept)  # still a repeat: a new server
 
 
-async def test_the_servers_in_all_are_bounded(engine: Engine) -> None:
-    most = 2 * engine.capacity
+async def test_the_servers_in_all_are_bounded(real_engine: Engine) -> None:
+    most = 2 * real_engine.capacity
     codes = [WHERE + f"# program {i}\n" for i in range(most + 2)]
     for code in codes:
-        await _where(engine, code)
-        assert await _where(engine, code) != "fresh"
-        assert engine._repeats.servers <= most
-    assert engine._repeats.servers == most  # the longest idle made room for each newcomer
+        await _where(real_engine, code)
+        assert await _where(real_engine, code) != "fresh"
+        assert real_engine.statistics().case_servers <= most
+    assert (
+        real_engine.statistics().case_servers == most
+    )  # the longest idle made room for each newcomer
 
 
-async def test_a_closed_engine_closes_its_servers(engine: Engine) -> None:
-    await _where(engine)
-    await _where(engine)
-    await engine.aclose()
-    assert engine._repeats.servers == 0
+async def test_a_closed_engine_closes_its_servers(real_engine: Engine) -> None:
+    await _where(real_engine)
+    await _where(real_engine)
+    await real_engine.aclose()
+    assert real_engine.statistics().case_servers == 0
 
 
+NAP = "import time\ntime.sleep(0.3)\nprint('slept')"
+"""A case that takes 0.3 s; on the twin a stand-in that waits 0.3 s of the mock clock."""
+
+
+@pytest.mark.parametrize("anyio_backend", [("trio", {"clock": MockClock(autojump_threshold=0)})])
 async def test_calls_waiting_for_servers_count_against_the_queue_bounds() -> None:
-    code = "import time\ntime.sleep(0.3)\nprint('slept')"
-    async with Engine(capacity=2, queue_size=2, max_queued_per_tenant=1) as small:
+    code = NAP
+    handler = standing_in({NAP: StandIn("slept\n", seconds=0.3)})
+    async with twin_engine(handler, capacity=2, queue_size=2, max_queued_per_tenant=1) as small:
         first = await small.run_case(code, Case(), queue_timeout=QUEUE_WAIT)
         assert first.outcome == "ok"
         outcomes: list[str] = []
@@ -204,10 +218,10 @@ async def test_calls_waiting_for_servers_count_against_the_queue_bounds() -> Non
     assert outcomes.count("ok") <= 2 + 1 + 2  # two on servers, one waiting, two queued
 
 
-async def test_a_kept_server_that_died_while_idle_is_replaced(engine: Engine) -> None:
-    await _where(engine)
-    kept = await _where(engine)
-    (program,) = engine._repeats._programs.values()
+async def test_a_kept_server_that_died_while_idle_is_replaced(real_engine: Engine) -> None:
+    await _where(real_engine)
+    kept = await _where(real_engine)
+    (program,) = real_engine._repeats._programs.values()
     (lane, _) = program.idle[0]
     server = lane._server
     assert server is not None
@@ -215,21 +229,22 @@ async def test_a_kept_server_that_died_while_idle_is_replaced(engine: Engine) ->
     with anyio.fail_after(QUEUE_WAIT):
         while lane.alive():  # noqa: ASYNC110 - the pidfd is not awaited here
             await anyio.sleep(0.01)
-    replaced = await _where(engine)  # not a worker_error: the death was nobody's case
+    replaced = await _where(real_engine)  # not a worker_error: the death was nobody's case
     assert replaced not in ("fresh", kept)
-    assert engine._repeats.servers == 1
+    assert real_engine.statistics().case_servers == 1
 
 
-async def test_a_bad_stdin_fails_at_the_call_and_keeps_the_server(engine: Engine) -> None:
-    await _where(engine)
-    await _where(engine)
+async def test_a_bad_stdin_fails_at_the_call_and_keeps_the_server(real_engine: Engine) -> None:
+    await _where(real_engine)
+    await _where(real_engine)
     with pytest.raises(TypeError, match="stdin must be bytes"):
-        await engine.run_case(WHERE, Case(stdin="1\n"))  # type: ignore[arg-type]
-    assert engine._repeats.servers == 1
-    result = await engine.run_case(WHERE, Case(stdin=bytearray(b"7\n")))  # type: ignore[arg-type]
+        await real_engine.run_case(WHERE, Case(stdin="1\n"))  # type: ignore[arg-type]
+    assert real_engine.statistics().case_servers == 1
+    result = await real_engine.run_case(WHERE, Case(stdin=bytearray(b"7\n")))  # type: ignore[arg-type]
     assert result.stdout.split()[1] == "7"
 
 
+@pytest.mark.isolation
 async def test_a_freed_server_goes_to_the_call_that_waited_longest() -> None:
     # At capacity 1 a program has one server. While it serves A's first case, W waits for
     # it; A's next call, made the moment its first returns, queues behind W instead of
@@ -253,16 +268,17 @@ async def test_a_freed_server_goes_to_the_call_that_waited_longest() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(first_then_next)
             with anyio.fail_after(QUEUE_WAIT):
-                while single._repeats.servers < 1:  # noqa: ASYNC110 - no event for it
+                while single.statistics().case_servers < 1:  # noqa: ASYNC110 - no event for it
                     await anyio.sleep(0.01)
                 tg.start_soon(call, "W", b"\n")
                 while not single._repeats._waiting:  # noqa: ASYNC110 - no event for it
                     await anyio.sleep(0.01)
             assert "A1" not in started  # W began waiting while A's first case ran
     assert started["A1"] < started["W"] < started["A2"]
-    assert single._repeats.servers == 0  # closed with the engine
+    assert single.statistics().case_servers == 0  # closed with the engine
 
 
+@pytest.mark.isolation
 async def test_a_call_that_gives_up_waiting_leaves_the_line() -> None:
     code = (
         "import os, time\nn = input()\nif n == 'slow':\n    time.sleep(1)\n"
@@ -281,13 +297,13 @@ async def test_a_call_that_gives_up_waiting_leaves_the_line() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(call, "A", b"slow\n", QUEUE_WAIT)
             with anyio.fail_after(QUEUE_WAIT):
-                while single._repeats.servers < 1:  # noqa: ASYNC110 - no event for it
+                while single.statistics().case_servers < 1:  # noqa: ASYNC110 - no event for it
                     await anyio.sleep(0.01)
                 tg.start_soon(call, "impatient", b"\n", 0.2)
                 tg.start_soon(call, "patient", b"\n", QUEUE_WAIT)
         (program,) = single._repeats._programs.values()
         assert not program.waiters
-        assert single._repeats.servers == 1
+        assert single.statistics().case_servers == 1
     assert outcomes["first"] == ("ok", "fresh")
     assert outcomes["A"] == ("ok", "server")
     assert outcomes["impatient"][0] == "busy"  # its wait spent its queue timeout

@@ -23,7 +23,7 @@ P, Q, S = ("t", b"P"), ("t", b"Q"), ("t", b"S")
 
 
 class StandInLane:
-    def __init__(self, _engine: object, code: str) -> None:
+    def __init__(self, _workers: object, _runs: object, code: str) -> None:
         self.code = code
         self.closed = False
 
@@ -48,9 +48,11 @@ class Bounds:
 @pytest.fixture
 def repeats(monkeypatch: pytest.MonkeyPatch) -> Repeats:
     monkeypatch.setattr(repeats_module, "Lane", StandInLane)
-    engine: Any = SimpleNamespace(capacity=1)  # one server per program, two in all
+    workers: Any = SimpleNamespace()  # the stand-in lanes make no worker
     runs: Any = SimpleNamespace(open=True, scheduler=Bounds())
-    made = Repeats(engine, runs, clock=lambda: 0.0)
+    fresh: Any = SimpleNamespace()
+    # capacity 1: one server per program, two in all
+    made = Repeats(workers, runs, fresh, capacity=1, clock=lambda: 0.0)
     for key in (P, Q, S):
         made._repeated(key, 0.0)  # each program has been called once: the next repeats it
     return made

@@ -1,4 +1,4 @@
-"""The one result shape (design.md §2) and its DIAL projection."""
+"""The one result shape (docs/design.md §2) and its DIAL projection."""
 
 from __future__ import annotations
 

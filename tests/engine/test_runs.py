@@ -13,7 +13,7 @@ import pytest
 from corral._limits import Limits
 from corral.engine import Evidence, ExecutionResult, Input
 from corral.engine._job import Job
-from corral.engine._runs import Runs, stop_message
+from corral.engine._runs import RunOptions, Runs, stop_message
 from corral.engine._scheduler import Scheduler
 
 pytestmark = pytest.mark.anyio
@@ -23,6 +23,8 @@ ENGINE = Path(__file__).resolve().parents[2] / "src" / "corral" / "engine"
 
 class Hanging:
     """A target whose code never finishes; it records what the run path asked of it."""
+
+    holds_slot = True
 
     def __init__(self) -> None:
         self.lock = anyio.Lock()
@@ -60,10 +62,7 @@ def _runs() -> Runs:
 
 async def _run(runs: Runs, target: Hanging, cancel: anyio.Event | None = None) -> ExecutionResult:
     limits = Limits(timeout=60)
-    return await runs.run(
-        target, "x", inputs=(), limits=limits, argv=None, on_event=None, on_output=None,
-        cancel=cancel, tenant="",
-    )  # fmt: skip
+    return await runs.run(target, "x", RunOptions(limits=limits, cancel=cancel))
 
 
 async def test_a_cancelled_run_cleans_its_target_up_while_still_holding_it() -> None:

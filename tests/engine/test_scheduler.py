@@ -10,9 +10,10 @@ import pytest
 from trio.testing import MockClock
 
 from corral._limits import Limits
-from corral.engine import Engine, RunEvent
+from corral.engine import RunEvent
 from corral.engine._scheduler import Scheduler, memory_available_bytes
 from corral.errors import Busy, EngineError
+from tests.engine.twinkit import StandIn, standing_in, twin_engine
 
 pytestmark = pytest.mark.anyio
 
@@ -338,8 +339,12 @@ async def test_a_cancelled_waiter_leaves_its_tenants_queue() -> None:
     assert scheduler.statistics().running == 0
 
 
-@pytest.mark.isolation
-async def test_real_runs_of_a_second_key_start_at_the_next_free_worker(
+NAP = "import time\ntime.sleep(0.2)"
+"""A run that takes 0.2 s; on the twin a stand-in that waits 0.2 s of the mock clock."""
+
+
+@_MOCK_CLOCK
+async def test_engine_runs_of_a_second_key_start_at_the_next_free_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     log: list[str] = []
@@ -351,7 +356,8 @@ async def test_real_runs_of_a_second_key_start_at_the_next_free_worker(
 
         return record
 
-    async with Engine(capacity=2, limits=Limits(timeout=60)) as engine:
+    handler = standing_in({NAP: StandIn(seconds=0.2)})
+    async with twin_engine(handler, capacity=2, limits=Limits(timeout=60)) as engine:
         # Grants are logged as the scheduler makes them: a granted run's "started" event
         # comes only once its task runs again, which on a loaded machine can be after a
         # later run has queued.
@@ -366,9 +372,7 @@ async def test_real_runs_of_a_second_key_start_at_the_next_free_worker(
 
         async def stream(tenant: str, runs: int) -> None:
             for _ in range(runs):
-                result = await engine.run(
-                    "import time\ntime.sleep(0.2)", tenant=tenant, on_event=recorder(tenant)
-                )
+                result = await engine.run(NAP, tenant=tenant, on_event=recorder(tenant))
                 assert result.outcome == "ok", result.message
 
         async with anyio.create_task_group() as tg:

@@ -1,4 +1,5 @@
-"""Engine sessions with real workers: state, restarts, files, quota, close and expiry."""
+"""Engine sessions: state, restarts, files, quota, close and expiry with real workers; the files
+API's streaming and the context manager on the sandbox's in-process twin."""
 
 from __future__ import annotations
 
@@ -19,21 +20,22 @@ from corral.errors import (
     SessionNotFound,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
+pytestmark = pytest.mark.anyio
 
 LIMITS = Limits(timeout=10)
 QUOTA = 4 * 1024 * 1024
 
 
 @pytest.fixture(scope="module")
-async def engine() -> AsyncIterator[Engine]:
+async def real_engine() -> AsyncIterator[Engine]:
+    """Real workers, with a session disk quota the kernel enforces."""
     async with Engine(capacity=2, limits=LIMITS, session_disk_bytes=QUOTA) as started:
         yield started
 
 
 @pytest.fixture
-async def session(engine: Engine) -> AsyncIterator[Session]:
-    opened = await engine.open_session()
+async def session(real_engine: Engine) -> AsyncIterator[Session]:
+    opened = await real_engine.open_session()
     yield opened
     await opened.close()
 
@@ -114,8 +116,8 @@ async def test_the_disk_quota_binds_the_api_and_the_code(session: Session) -> No
     assert "No space left" in filled.error.message
 
 
-async def test_close_during_a_run_ends_it_promptly(engine: Engine) -> None:
-    session = await engine.open_session()
+async def test_close_during_a_run_ends_it_promptly(real_engine: Engine) -> None:
+    session = await real_engine.open_session()
     outcome: list[str] = []
 
     async def run() -> None:
@@ -133,9 +135,10 @@ async def test_close_during_a_run_ends_it_promptly(engine: Engine) -> None:
     with pytest.raises(SessionClosed):
         await session.run("1")
     with pytest.raises(SessionNotFound):
-        engine.get_session(session.id)
+        real_engine.get_session(session.id)
 
 
+@pytest.mark.isolation  # expiry reads time.monotonic(), which no mock clock moves
 async def test_idle_sessions_expire() -> None:
     async with Engine(capacity=1, pool_size=1, session_idle_timeout=0.05) as engine:
         session = await engine.open_session(session_id="idle-one")
@@ -148,6 +151,7 @@ async def test_idle_sessions_expire() -> None:
             engine.get_session("idle-one")
 
 
+@pytest.mark.isolation  # expiry reads time.monotonic(), which no mock clock moves
 async def test_a_held_session_outlives_idle_expiry() -> None:
     async with Engine(capacity=1, pool_size=1, session_idle_timeout=0.05) as engine:
         held = await engine.open_session(session_id="held")
@@ -162,8 +166,10 @@ async def test_a_held_session_outlives_idle_expiry() -> None:
 
 
 async def test_put_file_streams_chunks_and_a_failed_stream_writes_nothing(
-    session: Session,
+    engine: Engine,
 ) -> None:
+    session = await engine.open_session()
+
     async def chunks(count: int, fail: bool = False) -> AsyncIterator[bytes]:
         for index in range(count):
             yield bytes([65 + index]) * 1024
@@ -258,3 +264,16 @@ async def test_a_run_queued_behind_a_timed_out_one_gets_a_fresh_interpreter(
     queued_result = results["queued"]
     assert (queued_result.outcome, queued_result.text) == ("ok", "False"), queued_result.stderr
     assert queued_result.restarted is True
+
+
+async def test_a_folder_the_code_made_unusable_comes_back_for_the_next_run(
+    real_engine: Engine, session: Session
+) -> None:
+    denied = await session.run("import os\nopen('kept.txt', 'w').write('k')\nos.chmod('.', 0)")
+    assert denied.outcome == "ok", denied.stderr
+    assert [f.path for f in denied.files] == ["kept.txt"]  # still reported from it
+    after = await session.run("import os\nprint(oct(os.stat('.').st_mode & 0o777), os.listdir())")
+    assert (after.outcome, after.stdout) == ("ok", "0o755 ['kept.txt']\n"), after.stderr
+    one_shot = await real_engine.run("import os\nopen('a.txt', 'w').write('a')\nos.chmod('.', 0)")
+    assert one_shot.outcome == "ok", one_shot.stderr
+    assert [f.path for f in one_shot.files] == ["a.txt"]

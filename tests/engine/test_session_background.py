@@ -11,9 +11,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
 
 
 async def test_background_work_outlives_its_call_and_ends_with_the_session(
-    engine: Engine,
+    real_engine: Engine,
 ) -> None:
-    session = await engine.open_session()
+    session = await real_engine.open_session()
     started, finished = anyio.Event(), anyio.Event()
     cancelled: list[bool] = []
 
@@ -35,4 +35,4 @@ async def test_background_work_outlives_its_call_and_ends_with_the_session(
         await session.close()
         await finished.wait()
     assert cancelled == [True]
-    assert (await engine.run("6 * 7")).result == {"text/plain": "42"}  # the engine goes on
+    assert (await real_engine.run("6 * 7")).result == {"text/plain": "42"}  # the engine goes on

@@ -50,7 +50,7 @@ async def test_a_cancel_interrupts_and_keeps_the_variables(session: Session) -> 
         if "spinning" in event.text:
             cancel.set()
 
-    code = "print('spinning', flush=True)\ny = 1\n" + SPIN
+    code = "y = 1\nprint('spinning', flush=True)\n" + SPIN  # y is set before the cancel
     stopped = await session.run(code, cancel=cancel, on_output=started, keep_state=True)
     assert (stopped.outcome, stopped.restarted) == ("cancelled", False)
     after = await session.run("x + y")

@@ -1,5 +1,7 @@
 """Supervision: a failing background task is restarted with backoff and never takes the engine
-down; a zygote that cannot come back leaves the engine up and says why."""
+down; a zygote that cannot come back leaves the engine up and says why. The engine's side of a
+zygote or a spawn that fails runs on the sandbox's in-process twin, under trio's MockClock (the
+supervisor's backoff takes no real time)."""
 
 from __future__ import annotations
 
@@ -15,14 +17,18 @@ from trio.testing import MockClock
 
 from corral._config import Config
 from corral._limits import Limits
-from corral.engine import Engine
 from corral.engine._supervisor import Backoff, supervise
 from corral.errors import IsolationError
 from corral.http import create_app
-from corral.sandbox import Zygote
+from corral.sandbox._twin import InProcessZygote
+from tests.engine.twinkit import twin_engine
 from tests.http.httpkit import ALICE, KEYS, client_for
 
 LIMITS = Limits(timeout=10)
+_MOCK_CLOCK = pytest.mark.parametrize(
+    "anyio_backend",
+    [pytest.param(("trio", {"clock": MockClock(autojump_threshold=0)}))],
+)
 
 
 @pytest.mark.parametrize(
@@ -68,34 +74,34 @@ async def _until(condition: Callable[[], bool]) -> None:
 
 
 class _FailingStarts:
-    """``Zygote.start`` that fails ``failures`` times, then waits for ``release``."""
+    """The twin zygote's ``start`` that fails ``failures`` times, then waits for ``release``."""
 
     def __init__(self, failures: int) -> None:
         self.failures = failures
         self.attempts = 0
         self.release = anyio.Event()
-        self._real = Zygote.start
+        self._real = InProcessZygote.start
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         outer = self
 
-        async def start(zygote: Zygote, task_group: anyio.abc.TaskGroup) -> None:
+        async def start(zygote: InProcessZygote, task_group: anyio.abc.TaskGroup) -> None:
             outer.attempts += 1
             if outer.attempts <= outer.failures:
                 raise IsolationError("injected: cannot build the sandbox")
             await outer.release.wait()
             await outer._real(zygote, task_group)
 
-        monkeypatch.setattr(Zygote, "start", start)
+        monkeypatch.setattr(InProcessZygote, "start", start)
 
 
+@_MOCK_CLOCK
 @pytest.mark.anyio
-@pytest.mark.isolation
 async def test_a_zygote_restart_failure_keeps_the_engine_up(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     config = Config(mode="gateway", data_dir=tmp_path / "data", api_keys=KEYS, timeout=10)
-    async with Engine(capacity=1, pool_size=1, limits=LIMITS, lean=False) as engine:
+    async with twin_engine(capacity=1, pool_size=1, limits=LIMITS, lean=False) as engine:
         app = create_app(engine, config)
         host = engine._zygote
         assert host is not None
@@ -131,25 +137,25 @@ async def test_a_zygote_restart_failure_keeps_the_engine_up(
         assert engine.statistics().zygote_restarts == 3
 
 
+@_MOCK_CLOCK
 @pytest.mark.anyio
-@pytest.mark.isolation
 async def test_a_failing_pool_refill_does_not_cancel_the_engine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async with Engine(capacity=1, pool_size=1, limits=LIMITS, lean=False) as engine:
+    async with twin_engine(capacity=1, pool_size=1, limits=LIMITS, lean=False) as engine:
         host = engine._zygote
         assert host is not None
-        real_spawn = Zygote.spawn
+        real_spawn = InProcessZygote.spawn
         failed = anyio.Event()
 
-        async def spawn(self: Zygote, **options: Any) -> Any:
+        async def spawn(self: InProcessZygote, **options: Any) -> Any:
             if not failed.is_set():
                 failed.set()
                 raise OSError(24, "Too many open files")
             return await real_spawn(self, **options)
 
         await _until(lambda: engine.statistics().pool_ready > 0)
-        monkeypatch.setattr(Zygote, "spawn", spawn)
+        monkeypatch.setattr(InProcessZygote, "spawn", spawn)
         first = await engine.run("print(1)")  # takes the ready worker; the refill fails once
         assert first.outcome == "ok"
         with anyio.fail_after(30):
@@ -160,18 +166,18 @@ async def test_a_failing_pool_refill_does_not_cancel_the_engine(
         assert (second.outcome, second.stdout) == ("ok", "2\n")
 
 
+@_MOCK_CLOCK
 @pytest.mark.anyio
-@pytest.mark.isolation
 async def test_a_run_waiting_for_a_worker_fails_fast_when_none_can_be_made(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async with Engine(capacity=1, pool_size=1, limits=LIMITS, lean=False) as engine:
+    async with twin_engine(capacity=1, pool_size=1, limits=LIMITS, lean=False) as engine:
         await _until(lambda: engine.statistics().pool_ready > 0)
 
-        async def spawn(self: Zygote, **options: Any) -> Any:
+        async def spawn(self: InProcessZygote, **options: Any) -> Any:
             raise OSError(24, "Too many open files")
 
-        monkeypatch.setattr(Zygote, "spawn", spawn)
+        monkeypatch.setattr(InProcessZygote, "spawn", spawn)
         assert (await engine.run("print(1)")).outcome == "ok"  # the worker that was ready
         with anyio.fail_after(5):  # not the run's 10 s deadline
             starved = await engine.run("print(2)")

@@ -9,6 +9,7 @@ import pytest
 from corral._limits import Limits
 from corral.engine import Engine, Input
 from corral.engine._supply import stdlib_only
+from tests.engine.twinkit import twin_engine
 
 LIMITS = Limits(timeout=10)
 
@@ -31,23 +32,23 @@ def test_stdlib_only(code: str, lean: bool) -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.isolation
-async def test_runs_go_to_the_zygote_their_imports_need(engine: Engine) -> None:
+async def test_runs_go_to_the_zygote_their_imports_need(real_engine: Engine) -> None:
     probe = "import sys\n'pandas' in sys.modules"
-    lean = await engine.run(probe)
-    full = await engine.run("import numpy, sys\n'pandas' in sys.modules")
-    with_input = await engine.run(probe, inputs=[Input(id="x", text=b"1")])
+    lean = await real_engine.run(probe)
+    full = await real_engine.run("import numpy, sys\n'pandas' in sys.modules")
+    with_input = await real_engine.run(probe, inputs=[Input(id="x", text=b"1")])
     assert lean.result == {"text/plain": "False"}
     assert full.result == {"text/plain": "True"}
     assert with_input.result == {"text/plain": "True"}  # sources go to the full runtime
-    dynamic = await engine.run("__import__('numpy').arange(3).sum()")
+    dynamic = await real_engine.run("__import__('numpy').arange(3).sum()")
     assert (dynamic.outcome, dynamic.result) == ("ok", {"text/plain": "np.int64(3)"})
 
 
 @pytest.mark.anyio
-@pytest.mark.isolation
 async def test_the_start_up_probe_worker_is_the_pools_first() -> None:
-    async with Engine(capacity=1, pool_size=1, lean=False, preload=(), limits=LIMITS) as engine:
+    async with twin_engine(
+        capacity=1, pool_size=1, lean=False, preload=(), limits=LIMITS
+    ) as engine:
         assert engine._pool is not None
         stats = engine._pool.statistics()
         assert (stats.ready, stats.spawned) == (1, 0)  # ready, and the pool made none itself

@@ -18,6 +18,7 @@ KEYS = (
     ApiKey(key=APP, user="quickapps", per_request=True),
 )
 OPS = "/v1/ops/code_interpreter"
+TIMEOUT = 20  # seconds: the test engines' and configs' run time limit
 
 
 def client_for(app: FastAPI, key: str | None = None) -> httpx.AsyncClient:

@@ -1,29 +1,44 @@
-"""Container mode: DIAL's interpreter container, byte for byte (dial-api.md §4)."""
+"""Container mode: DIAL's interpreter container, byte for byte (docs/dial.md §4), on the
+sandbox's in-process twin; what code does to /mnt/data and links it plants, on the real one."""
 
 from __future__ import annotations
 
+import socket
+import stat
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from fastapi import FastAPI, UploadFile
 from pydantic import BaseModel
 
 from corral._config import Config
-from corral.http import create_app
+from corral.http import create_app, serve_async
 
 pytestmark = pytest.mark.anyio
 
 MakeClient = Callable[..., httpx.AsyncClient]
 
 
+def _client(engine: Any, config: Config) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=create_app(engine, config))
+    return httpx.AsyncClient(transport=transport, base_url="http://container")
+
+
 @pytest.fixture
 async def container(engine: Any, container_config: Config) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=create_app(engine, container_config)),
-        base_url="http://container",
-    ) as http:
+    async with _client(engine, container_config) as http:
+        yield http
+
+
+@pytest.fixture
+async def real_container(
+    real_engine: Any, container_config: Config
+) -> AsyncIterator[httpx.AsyncClient]:
+    async with _client(real_engine, container_config) as http:
         yield http
 
 
@@ -169,7 +184,8 @@ async def _listed(client: httpx.AsyncClient) -> list[dict[str, Any]]:
     return files
 
 
-async def test_upload_paths(container: httpx.AsyncClient) -> None:
+async def test_upload_paths(real_container: httpx.AsyncClient) -> None:
+    container = real_container
     cases = [
         ("t.csv", 200, {"path": "t.csv", "size": 3}),
         ("sub/dir/t2.csv", 200, {"path": "sub/dir/t2.csv", "size": 3}),
@@ -269,7 +285,10 @@ open('.hidden', 'w').write('h')
 """
 
 
-async def test_links_planted_by_code_are_never_followed(container: httpx.AsyncClient) -> None:
+async def test_links_planted_by_code_are_never_followed(
+    real_container: httpx.AsyncClient,
+) -> None:
+    container = real_container
     planted = await _run(container, PLANT_LINKS)
     assert planted["status"] == "SUCCESS", planted
     for path in ("passwd", "etc/passwd", "up/data/real.txt", "broken", "inside", "fifo"):
@@ -294,9 +313,46 @@ async def test_links_planted_by_code_are_never_followed(container: httpx.AsyncCl
 
 
 async def test_files_written_by_code_are_listed_and_downloadable(
-    container: httpx.AsyncClient,
+    real_container: httpx.AsyncClient,
 ) -> None:
+    container = real_container
     await _run(container, "open('/mnt/data/out.txt', 'w').write('hello')")
     assert {"path": "out.txt", "size": 5} in await _listed(container)
     download = await container.post("/download_file", json={"path": "out.txt"})
     assert download.content == b"hello"
+
+
+DIAL_TIMEOUT = 60  # seconds: DIAL's interpreter container hard-codes it (docs/dial.md §3.4)
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.isolation
+@pytest.mark.timeout(DIAL_TIMEOUT * 4)
+async def test_container_mode_keeps_dials_60_second_execution_timeout(tmp_path: Path) -> None:
+    """``corral serve --mode container`` with no timeout configured: a run of 40 s, past the
+    30 s the gateway keeps, succeeds; one that never ends stops at DIAL's 60 s."""
+    config = Config(mode="container", data_dir=tmp_path / "data", mount_folder=tmp_path / "mnt")
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop = anyio.Event()
+    with listener:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: serve_async(config, sockets=[listener], stop=stop))
+            try:
+                async with httpx.AsyncClient(base_url=url, timeout=DIAL_TIMEOUT * 2) as client:
+                    past_30 = await client.post(
+                        "/execute_code",
+                        json={"code": "import time\ntime.sleep(40)\nprint('after 40 s')"},
+                    )
+                    assert past_30.json()["status"] == "SUCCESS", past_30.text
+                    assert past_30.json()["stdout"] == "after 40 s\n"
+                    endless = await client.post("/execute_code", json={"code": "while True: pass"})
+                    assert endless.json()["status"] == "FAILURE", endless.text
+                    said = f"[corral] the run exceeded its {DIAL_TIMEOUT} s time limit"
+                    assert said in endless.json()["stderr"], endless.text
+            finally:
+                stop.set()
+    assert stat.S_IMODE(config.data_dir.stat().st_mode) == 0o700

@@ -77,6 +77,7 @@ GATEWAY_ROUTES = [
     ("delete", "/v1/files/{bucket}/{path}"),
     ("get", "/health"),
     ("get", "/metrics"),
+    *(("post", f"/v1/sessions/{{session_id}}/{op}") for op in ("pause", "resume", "snapshot")),
 ]
 CONTAINER_ROUTES = [
     ("get", "/health"),
@@ -117,7 +118,9 @@ async def test_every_route_has_request_and_response_schemas(
     execute = spec["components"]["schemas"]["ExecuteBody"]
     assert set(execute["properties"]) == {"sessionId", "code", "inputFiles", "outputFiles"}
     own = spec["components"]["schemas"]["ExecuteRequest"]
-    assert {"code", "sessionId", "timeout", "stream", "return_files"} == set(own["properties"])
+    assert {"code", "sessionId", "timeout", "stream", "return_files", "network", "template"} == set(
+        own["properties"]
+    )
 
 
 async def test_security_schemes(gateway_app: FastAPI) -> None:

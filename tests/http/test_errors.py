@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from corral.errors import (
 )
 from corral.http import create_app
 from corral.http._errors import status_for
+from corral.network import NO_NETWORK, SandboxNetwork
 from tests.http.httpkit import ALICE, KEYS, client_for
 
 pytestmark = pytest.mark.anyio
@@ -59,10 +61,27 @@ class _BrokenEngine:
     async def run(self, code: str, **kwargs: Any) -> Any:
         raise self.error
 
-    async def open_session(self) -> Any:
+    async def open_session(
+        self,
+        *,
+        tenant: str = "",
+        network: SandboxNetwork = NO_NETWORK,
+        template: str = "",
+        snapshot: str | None = None,
+    ) -> Any:
+        raise self.error
+
+    def template(self, name: str, tenant: str) -> Any:
         raise self.error
 
     def get_session(self, session_id: str) -> Any:
+        raise self.error
+
+    def sessions(self) -> list[Any]:
+        return []  # none kept from before: the app starts
+
+    @property
+    def paused(self) -> Any:
         raise self.error
 
 
@@ -102,29 +121,50 @@ async def test_failures_become_plain_answers(
         ({"code": "1", "inputFiles": [{"sourceUrl": 1}]}, "field 'inputFiles.0.sourceUrl'"),
     ],
 )
-async def test_dial_errors_name_the_field(tmp_path: Any, body: dict[str, Any], named: str) -> None:
+async def test_dial_errors_name_the_field(
+    engine: Engine, tmp_path: Any, body: dict[str, Any], named: str
+) -> None:
     config = Config(mode="gateway", data_dir=tmp_path, api_keys=KEYS)
-    async with Engine(capacity=1) as engine, client_for(create_app(engine, config), ALICE) as c:
+    async with client_for(create_app(engine, config), ALICE) as c:
         response = await c.post("/v1/ops/code_interpreter/execute_code", json=body)
-    assert response.status_code == 400
+    assert (response.status_code, response.text) == (400, "Not valid JSON body")
     assert response.headers["content-type"].startswith("text/plain")
-    assert response.text.startswith(f"Not valid JSON body: {named}"), response.text
+    assert response.headers["Corral-Error-Detail"].startswith(named), response.headers
 
 
-async def test_code_over_the_limit_is_400_naming_the_limit(tmp_path: Any) -> None:
+async def test_the_detail_header_is_printable_ascii_whatever_the_field_name(
+    engine: Engine, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client names the unknown field: a newline, a character past latin-1 or a long name must
+    not break the header (a 500) or grow it without bound; the log keeps the same words."""
+    config = Config(mode="gateway", data_dir=tmp_path, api_keys=KEYS)
+    body = '{"code": "1", "x\\n\\u20ac' + "y" * 2000 + '": 1}'
+    async with client_for(create_app(engine, config), ALICE) as c:
+        with caplog.at_level(logging.INFO, logger="corral.http"):
+            response = await c.post(
+                "/v1/ops/code_interpreter/execute_code", content=body,
+                headers={"Content-Type": "application/json"},
+            )  # fmt: skip
+    assert (response.status_code, response.text) == (400, "Not valid JSON body")
+    detail = response.headers["Corral-Error-Detail"]
+    assert detail.startswith("unknown field 'x\\n\\u20acyyy")
+    assert detail.isascii()
+    assert detail.isprintable()
+    assert len(detail) <= 512
+    assert "answered 400 Not valid JSON body: unknown field" in caplog.text
+
+
+async def test_code_over_the_limit_is_400_naming_the_limit(engine: Engine, tmp_path: Any) -> None:
     limit = Config().limits().code_chars
     code = "x = 1\n" * (limit // 6 + 1)
     expected = (
         f"Field 'code' is too long: {len(code)} characters, the limit (code_chars) is {limit}"
     )
     gateway = Config(mode="gateway", data_dir=tmp_path, api_keys=KEYS)
-    async with Engine(capacity=1) as engine:
-        async with client_for(create_app(engine, gateway), ALICE) as client:
-            response = await client.post(
-                "/v1/ops/code_interpreter/execute_code", json={"code": code}
-            )
-            assert (response.status_code, response.text) == (400, expected)
-        container = gateway.replace(mode="container")
-        async with client_for(create_app(engine, container)) as client:
-            response = await client.post("/execute_code", json={"code": code})
-            assert (response.status_code, response.json()) == (400, {"detail": expected})
+    async with client_for(create_app(engine, gateway), ALICE) as client:
+        response = await client.post("/v1/ops/code_interpreter/execute_code", json={"code": code})
+        assert (response.status_code, response.text) == (400, expected)
+    container = gateway.replace(mode="container")
+    async with client_for(create_app(engine, container)) as client:
+        response = await client.post("/execute_code", json={"code": code})
+        assert (response.status_code, response.json()) == (400, {"detail": expected})

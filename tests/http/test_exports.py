@@ -12,7 +12,7 @@ import corral.http
 
 def test_public_api_is_sorted_and_complete() -> None:
     assert corral.http.__all__ == sorted(corral.http.__all__)
-    assert corral.http.__all__ == ["create_app", "serve", "serve_async"]
+    assert corral.http.__all__ == ["create_app", "engine_options", "serve", "serve_async"]
     for name in corral.http.__all__:
         assert getattr(corral.http, name).__module__.startswith("corral.http")
 

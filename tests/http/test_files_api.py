@@ -1,4 +1,4 @@
-"""The DIAL-style files API (§6) and the store behind it, across restarts."""
+"""The DIAL-style files API (docs/dial.md §6) and the store behind it, across restarts."""
 
 from __future__ import annotations
 

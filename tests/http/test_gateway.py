@@ -1,4 +1,6 @@
-"""Gateway mode: DIAL Core's session operations, auth, roles and strict bodies (§5)."""
+"""Gateway mode: DIAL Core's session operations, auth, roles and strict bodies (docs/dial.md
+§5), on the sandbox's in-process twin; what the sandbox itself shows (its folder) on the real
+one."""
 
 from __future__ import annotations
 
@@ -13,10 +15,17 @@ from corral.engine import Engine
 from corral.errors import ConfigError
 from corral.http import create_app
 from tests.http.httpkit import ALICE, APP, BOB, open_session, post, text
+from tests.http.twinkit import Script, runs_until_stopped
 
 pytestmark = pytest.mark.anyio
 
 MakeClient = Callable[..., httpx.AsyncClient]
+LONG_RUN = "import time\nfor _ in range(600): time.sleep(0.05)"
+
+
+@pytest.fixture(scope="module")
+def stand_ins() -> dict[str, Script]:
+    return {LONG_RUN: runs_until_stopped()}
 
 
 async def test_authentication(gateway_app: FastAPI, make_client: MakeClient) -> None:
@@ -33,7 +42,7 @@ async def test_authentication(gateway_app: FastAPI, make_client: MakeClient) -> 
         assert (await anonymous.post("/v1/execute", json={"code": "1"})).status_code == 401
 
 
-def test_gateway_needs_a_key(engine: Engine, gateway_config: Config) -> None:
+async def test_gateway_needs_a_key(engine: Engine, gateway_config: Config) -> None:
     with pytest.raises(ConfigError, match="CORRAL_API_KEYS"):
         create_app(engine, gateway_config.replace(api_keys=()))
 
@@ -107,9 +116,8 @@ async def test_create_code_app_roles(
                     assert text(opened) == (403, denied)
                     assert text(ran) == (403, denied)
                 else:
-                    assert opened.status_code == ran.status_code == 400
-                    assert opened.text.startswith("Not valid JSON body: ")
-                    assert ran.text == "Not valid JSON body: the body must be a JSON object"
+                    assert text(opened) == text(ran) == (400, "Not valid JSON body")
+                    assert ran.headers["Corral-Error-Detail"] == "the body must be a JSON object"
                     assert (await post(client, "execute_code", {"code": "1"})).status_code == 200
 
 
@@ -118,10 +126,12 @@ async def test_create_code_app_roles(
     [b"", b"null", b"[]", b"3", b"{nope", b'{"sessionId": 5}', b'{"sessionId": null, "extra": 1}'],
 )
 async def test_strict_json_bodies(client: httpx.AsyncClient, content: bytes) -> None:
+    """DIAL's exact text, byte for byte; what was wrong is in a header of corral's own."""
     for op in ("open_session", "get_session", "close_session", "list_files", "execute_code"):
         response = await post(client, op, content=content)
-        assert response.status_code == 400
-        assert response.text.startswith("Not valid JSON body: "), response.text
+        assert (response.status_code, response.content) == (400, b"Not valid JSON body")
+        assert response.headers["content-type"] == "text/plain; charset=utf-8"
+        assert response.headers["Corral-Error-Detail"], response.headers
 
 
 async def test_missing_fields(client: httpx.AsyncClient) -> None:
@@ -155,7 +165,8 @@ async def test_temporary_sessions_share_nothing(client: httpx.AsyncClient) -> No
     assert "NameError" in second["stderr"]
 
 
-async def test_state_persists_in_a_session(client: httpx.AsyncClient) -> None:
+async def test_state_persists_in_a_session(real_client: httpx.AsyncClient) -> None:
+    client = real_client
     session_id = await open_session(client)
     await post(client, "execute_code", {"sessionId": session_id, "code": "x = 5"})
     second = await post(client, "execute_code", {"sessionId": session_id, "code": "x * 2"})
@@ -188,8 +199,8 @@ async def test_close_cancels_a_running_execution(client: httpx.AsyncClient) -> N
     answers: list[httpx.Response] = []
 
     async def run() -> None:
-        code = "import time\nfor _ in range(600): time.sleep(0.05)"
-        answers.append(await post(client, "execute_code", {"sessionId": session_id, "code": code}))
+        body = {"sessionId": session_id, "code": LONG_RUN}
+        answers.append(await post(client, "execute_code", body))
 
     with anyio.fail_after(15):
         async with anyio.create_task_group() as tg:
@@ -197,7 +208,7 @@ async def test_close_cancels_a_running_execution(client: httpx.AsyncClient) -> N
             # Wait until the run holds a worker, then close the session under it.
             while True:
                 stats = await client.get("/health")
-                if stats.json()["running"] >= 1:
+                if stats.json()["running"] + stats.json()["session_runs"] >= 1:
                     break
                 await anyio.sleep(0.01)
             closed = await post(client, "close_session", {"sessionId": session_id})

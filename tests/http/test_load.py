@@ -1,4 +1,5 @@
-"""Load: parallel sessions, an explicit busy answer under a flood, body limits."""
+"""Load: parallel sessions, an explicit busy answer under a flood, body limits, on the
+sandbox's in-process twin (the flood's sleeping code played by stand-ins, on a mock clock)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,18 @@ from fastapi import FastAPI
 from corral._config import Config
 from corral.http import create_app
 from tests.http.httpkit import ALICE, execute, open_session, post, text
+from tests.http.twinkit import Script, on_mock_clock, sleeps
 
 pytestmark = pytest.mark.anyio
 
 MakeClient = Callable[..., httpx.AsyncClient]
+SLEEP_HALF = "import time; time.sleep(0.5)"
+SLEEP_FIFTH = "import time; time.sleep(0.2)"
+
+
+@pytest.fixture(scope="module")
+def stand_ins() -> dict[str, Script]:
+    return {SLEEP_HALF: sleeps(0.5), SLEEP_FIFTH: sleeps(0.2)}
 
 
 async def test_twenty_sessions_in_parallel(gateway_app: FastAPI, make_client: MakeClient) -> None:
@@ -48,6 +57,7 @@ async def test_twenty_sessions_in_parallel(gateway_app: FastAPI, make_client: Ma
         )
 
 
+@on_mock_clock
 async def test_flood_gets_an_explicit_busy_answer(
     engine_factory: Callable[..., Any], gateway_config: Config, make_client: MakeClient
 ) -> None:
@@ -59,17 +69,13 @@ async def test_flood_gets_an_explicit_busy_answer(
             session_id = await open_session(client)
 
             async def dial() -> None:
-                answers.append(
-                    await post(client, "execute_code", {"code": "import time; time.sleep(0.5)"})
-                )
+                answers.append(await post(client, "execute_code", {"code": SLEEP_HALF}))
 
             async def own() -> None:
-                answers.append(
-                    await client.post("/v1/execute", json={"code": "import time; time.sleep(0.5)"})
-                )
+                answers.append(await client.post("/v1/execute", json={"code": SLEEP_HALF}))
 
             async def in_session() -> None:
-                body = {"sessionId": session_id, "code": "import time; time.sleep(0.2)"}
+                body = {"sessionId": session_id, "code": SLEEP_FIFTH}
                 answers.append(await post(client, "execute_code", body))
 
             with anyio.fail_after(60):

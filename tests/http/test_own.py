@@ -1,9 +1,12 @@
-"""corral's own endpoints: /v1/execute (the full result), /health, /metrics, /openapi.json."""
+"""corral's own endpoints: /v1/execute (the full result), /health, /metrics, /openapi.json,
+on the sandbox's in-process twin (code that runs past its deadline played by a stand-in, on a
+mock clock)."""
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -13,11 +16,23 @@ from corral._config import Config
 from corral._limits import Limits
 from corral.engine import Engine
 from corral.http import create_app
-from tests.http.httpkit import BOB, client_for, open_session
+from tests.http.httpkit import ALICE, BOB, client_for, open_session
+from tests.http.twinkit import Script, on_mock_clock, runs_until_stopped, sleeps
 
 pytestmark = pytest.mark.anyio
 
 MakeClient = Callable[..., httpx.AsyncClient]
+SLEEP_30 = "import time\ntime.sleep(30)"
+SPIN = "while True: pass"
+
+
+@pytest.fixture(scope="module")
+def stand_ins() -> dict[str, Script]:
+    return {SLEEP_30: sleeps(30), SPIN: runs_until_stopped()}
+
+
+def _client(engine: Engine, config: Config) -> httpx.AsyncClient:
+    return client_for(create_app(engine, config), ALICE)
 
 
 async def test_execute_returns_the_full_result(client: httpx.AsyncClient) -> None:
@@ -51,23 +66,25 @@ async def test_execute_in_a_session(client: httpx.AsyncClient) -> None:
     assert invalid.json()["error"]["field"] == "extra"
 
 
+@on_mock_clock
 async def test_a_session_run_honours_its_timeout_capped_at_the_servers(
-    client: httpx.AsyncClient,
+    engine_factory: Callable[..., Any], gateway_config: Config
 ) -> None:
-    session_id = await open_session(client)
-    await client.post("/v1/execute", json={"code": "x = 1", "sessionId": session_id})
-    late = await client.post(
-        "/v1/execute",
-        json={"code": "import time\ntime.sleep(30)", "sessionId": session_id, "timeout": 1},
-    )
-    body = late.json()
-    assert (body["outcome"], body["restarted"]) == ("timeout", True)
-    assert body["evidence"]["limits"]["timeout"] == 1
-    assert "1 s time limit" in body["stderr"]
-    capped = await client.post(
-        "/v1/execute", json={"code": "1", "sessionId": session_id, "timeout": 3600}
-    )
-    assert capped.json()["evidence"]["limits"]["timeout"] == 20  # the server's own (config)
+    async with engine_factory() as engine, _client(engine, gateway_config) as client:
+        session_id = await open_session(client)
+        await client.post("/v1/execute", json={"code": "x = 1", "sessionId": session_id})
+        late = await client.post(
+            "/v1/execute",
+            json={"code": SLEEP_30, "sessionId": session_id, "timeout": 1},
+        )
+        body = late.json()
+        assert (body["outcome"], body["restarted"]) == ("timeout", True)
+        assert body["evidence"]["limits"]["timeout"] == 1
+        assert "1 s time limit" in body["stderr"]
+        capped = await client.post(
+            "/v1/execute", json={"code": "1", "sessionId": session_id, "timeout": 3600}
+        )
+        assert capped.json()["evidence"]["limits"]["timeout"] == 20  # the server's own (config)
 
 
 async def test_execute_checks_roles(
@@ -195,12 +212,16 @@ async def test_own_routes_answer_json_errors_for_auth(gateway_app: FastAPI) -> N
     assert response.json()["error"]["type"] == "unauthorized"
 
 
-async def test_session_timeout_is_honoured(client: httpx.AsyncClient) -> None:
-    session_id = await open_session(client)
-    body = {"code": "while True: pass", "sessionId": session_id, "timeout": 0.5}
-    result = (await client.post("/v1/execute", json=body)).json()
-    assert result["outcome"] == "timeout"
-    assert result["evidence"]["limits"]["timeout"] == 0.5
+@on_mock_clock
+async def test_session_timeout_is_honoured(
+    engine_factory: Callable[..., Any], gateway_config: Config
+) -> None:
+    async with engine_factory() as engine, _client(engine, gateway_config) as client:
+        session_id = await open_session(client)
+        body = {"code": SPIN, "sessionId": session_id, "timeout": 0.5}
+        result = (await client.post("/v1/execute", json=body)).json()
+        assert result["outcome"] == "timeout"
+        assert result["evidence"]["limits"]["timeout"] == 0.5
 
 
 async def test_a_body_over_the_limit_is_a_json_413(client: httpx.AsyncClient) -> None:
@@ -208,3 +229,39 @@ async def test_a_body_over_the_limit_is_a_json_413(client: httpx.AsyncClient) ->
     response = await client.post("/v1/execute", content=b'{"code": "' + b"x" * limit + b'"}')
     assert response.status_code == 413
     assert response.json() == {"error": {"type": "too_large", "message": "Request body too large"}}
+
+
+LINES = 200_000
+MULTI_LINE = """\
+class Report:
+    def __repr__(self):
+        return ('y' * (96 - len({end!r})) + {end!r}) * 200_000
+Report()
+"""
+"""A 19.2 M-character repr of 200,000 lines."""
+
+
+@pytest.mark.parametrize("end", ["\r\n", "\n"], ids=["crlf", "lf"])
+async def test_a_huge_multi_line_repr_counts_exactly_what_was_cut(
+    client: httpx.AsyncClient, end: str
+) -> None:
+    """``omitted.result`` counts characters of the result's text exactly. That text is
+    IPython's display formatter's, as in DIAL: it joins a repr's lines with ``\\n``, so a line
+    end of ``\\r\\n`` is one character shorter (200,000 in all) and the last one is dropped."""
+    from IPython.core.formatters import PlainTextFormatter
+
+    namespace: dict[str, object] = {}
+    exec(MULTI_LINE.format(end=end).rsplit("\n", 2)[0], namespace)  # noqa: S102 - our own code
+    obj = namespace["Report"]()  # type: ignore[operator]
+    full = PlainTextFormatter()(obj)
+    assert len(repr(obj)) == LINES * 96
+    assert len(full) == len(repr(obj)) - (LINES if end == "\r\n" else 0) - 1
+    response = await client.post("/v1/execute", json={"code": MULTI_LINE.format(end=end)})
+    result = response.json()
+    text, omitted = result["result"]["text/plain"], result["omitted"]["result"]
+    marker = f"\n[... {omitted} characters omitted ...]\n"
+    head, _, tail = text.partition(marker)
+    assert full.startswith(head)
+    assert full.endswith(tail)
+    assert len(head) + omitted + len(tail) == len(full)
+    assert len(text) <= Limits().output_chars

@@ -1,4 +1,4 @@
-"""DIAL path resolution with a component-wise containment check (dial-api.md §2.3)."""
+"""DIAL path resolution with a component-wise containment check (docs/dial.md §2.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The playground at GET /, in a real headless browser (Debian's chromium over DevTools)."""
+"""The playground at GET /, in a real headless browser (Debian's chromium over DevTools) over
+the real sandbox; the page itself, on the sandbox's in-process twin."""
 
 from __future__ import annotations
 
@@ -54,8 +55,8 @@ async def _run(page: Page, code: str) -> str:
 
 
 @needs_browser
-async def test_type_run_and_see_output_and_a_plot(gateway_app: FastAPI) -> None:
-    async with live(gateway_app) as base_url, browser_page() as page:
+async def test_type_run_and_see_output_and_a_plot(real_gateway_app: FastAPI) -> None:
+    async with live(real_gateway_app) as base_url, browser_page() as page:
         # The page's policy lets it fetch nothing but corral; the test reads the download link.
         await page.navigate(base_url + "/", bypass_csp=True)
         await page.type("#key", ALICE)
@@ -91,8 +92,8 @@ async def test_type_run_and_see_output_and_a_plot(gateway_app: FastAPI) -> None:
 
 
 @needs_browser
-async def test_html_from_user_code_cannot_script_the_page(gateway_app: FastAPI) -> None:
-    async with live(gateway_app) as base_url, browser_page() as page:
+async def test_html_from_user_code_cannot_script_the_page(real_gateway_app: FastAPI) -> None:
+    async with live(real_gateway_app) as base_url, browser_page() as page:
         await page.navigate(base_url + "/")
         await page.type("#key", ALICE)
         attack = "<b id=x>bold</b><script>parent.document.title = 'owned'</script>"
@@ -125,8 +126,8 @@ async def _files_once(page: Page, name: str) -> str:
 
 
 @needs_browser
-async def test_a_session_keeps_state_and_files(gateway_app: FastAPI, tmp_path: Path) -> None:
-    async with live(gateway_app) as base_url, browser_page() as page:
+async def test_a_session_keeps_state_and_files(real_gateway_app: FastAPI, tmp_path: Path) -> None:
+    async with live(real_gateway_app) as base_url, browser_page() as page:
         await page.navigate(base_url + "/")
         await page.type("#key", ALICE)
         await page.evaluate(

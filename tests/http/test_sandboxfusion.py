@@ -1,7 +1,9 @@
 """SandboxFusion's /run_code and corral's /run_code_batch against a live server.
 
 The official ``sandbox-fusion`` client and verl's exact request body (``requests``, as verl
-sends it) talk to uvicorn on loopback, over the shared real engine.
+sends it) talk to uvicorn on loopback, over the sandbox's in-process twin where the answer is
+the front end's (shapes, statuses, exit codes, auth), over the shared real engine where it is
+the sandbox's (stdin at fd 0, memory, /work, a batch's cases).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from corral._config import Config
 from corral.engine import Engine
 from corral.http import create_app
 from tests.http.httpkit import ALICE, BOB, KEYS
+from tests.http.twinkit import Script, runs_until_stopped
 
 pytestmark = [pytest.mark.anyio, pytest.mark.network]
 
@@ -54,7 +57,7 @@ HARNESS_MODULES = [
 
 
 def verl_body(code: str, stdin: str | None, timeout: int = 10) -> dict[str, Any]:
-    """Exactly the body verl's reward code posts (specs/sandboxfusion.md §6)."""
+    """Exactly the body verl's reward code posts (docs/sandboxfusion.md §6)."""
     return {
         "compile_timeout": timeout,
         "run_timeout": timeout,
@@ -120,12 +123,32 @@ async def live(app: FastAPI) -> AsyncIterator[str]:
                 server.should_exit = True
 
 
+SPINS = "import sys, time\nprint('started', flush=True)\nwhile True: pass"
+
+
+@pytest.fixture(scope="module")
+def stand_ins() -> dict[str, Script]:
+    return {SPINS: runs_until_stopped("started\n")}
+
+
+@contextlib.asynccontextmanager
+async def _open(engine: Engine, data_dir: Any) -> AsyncIterator[str]:
+    config = Config(data_dir=data_dir, api_keys=KEYS, timeout=20, open_run_code=True)
+    async with live(create_app(engine, config)) as url:
+        yield url
+
+
 @pytest.fixture(scope="module")
 async def open_url(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
-    config = Config(
-        data_dir=tmp_path_factory.mktemp("open"), api_keys=KEYS, timeout=20, open_run_code=True
-    )
-    async with live(create_app(engine, config)) as url:
+    async with _open(engine, tmp_path_factory.mktemp("open")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+async def real_open_url(
+    real_engine: Engine, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[str]:
+    async with _open(real_engine, tmp_path_factory.mktemp("real-open")) as url:
         yield url
 
 
@@ -193,7 +216,8 @@ async def test_every_key_comes_back_with_sandboxfusions_types(open_url: str) -> 
     assert (run["stdout"], run["stderr"], run["return_code"]) == ("secret flag\n", "", 0)
 
 
-async def test_no_stdin_is_eof_not_a_hang(open_url: str) -> None:
+async def test_no_stdin_is_eof_not_a_hang(real_open_url: str) -> None:
+    open_url = real_open_url
     body = (
         await verl_post(open_url, verl_body("import sys\nprint(repr(sys.stdin.read()))", None))
     ).json()
@@ -203,7 +227,8 @@ async def test_no_stdin_is_eof_not_a_hang(open_url: str) -> None:
     assert "EOFError" in failed["run_result"]["stderr"]
 
 
-async def test_large_stdin_reaches_fd_0(open_url: str) -> None:
+async def test_large_stdin_reaches_fd_0(real_open_url: str) -> None:
+    open_url = real_open_url
     stdin = "".join(f"{i}\n" for i in range(50_000))  # past a pipe's capacity
     code = "import sys\nnums = [int(x) for x in open(0).read().split()]\nprint(sum(nums))"
     body = (await verl_post(open_url, verl_body(code, stdin))).json()
@@ -222,6 +247,10 @@ async def test_exit_codes_and_errors(open_url: str) -> None:
     assert raised.run_result is not None
     assert raised.run_result.return_code == 1
     assert "ZeroDivisionError" in (raised.run_result.stderr or "")
+    # Text exits 1, as Python does; int() would read this Arabic-Indic digit as 3.
+    spelt = await official(open_url, code="import sys\nsys.exit('\\u0663')")
+    assert spelt.run_result is not None
+    assert spelt.run_result.return_code == 1
 
 
 async def test_a_syntax_error_is_a_finished_run_with_code_1(open_url: str) -> None:
@@ -234,8 +263,7 @@ async def test_a_syntax_error_is_a_finished_run_with_code_1(open_url: str) -> No
 
 
 async def test_timeout_is_time_limit_exceeded_with_no_return_code(open_url: str) -> None:
-    code = "import sys, time\nprint('started', flush=True)\nwhile True: pass"
-    response = await official(open_url, code=code, run_timeout=1)
+    response = await official(open_url, code=SPINS, run_timeout=1)
     assert response.status == sandbox_fusion.RunStatus.Failed
     run = response.run_result
     assert run is not None
@@ -250,7 +278,8 @@ async def test_timeout_is_time_limit_exceeded_with_no_return_code(open_url: str)
     assert summary == "timeout"
 
 
-async def test_memory_limit(open_url: str) -> None:
+async def test_memory_limit(real_open_url: str) -> None:
+    open_url = real_open_url
     hog = "blocks = [bytearray(64 * 1024 * 1024) for _ in range(64)]\nprint('all held')"
     tight = (await verl_post(open_url, {**verl_body(hog, None), "memory_limit_MB": 256})).json()
     assert tight["status"] == "Failed"
@@ -262,7 +291,8 @@ async def test_memory_limit(open_url: str) -> None:
     assert verl_default["run_result"]["stdout"] == "3\n"
 
 
-async def test_files_and_fetch_files(open_url: str) -> None:
+async def test_files_and_fetch_files(real_open_url: str) -> None:
+    open_url = real_open_url
     code = (
         "print(open('data/in.txt').read())\n"
         "open('out.bin', 'wb').write(bytes(range(256)))\n"
@@ -364,7 +394,8 @@ def _batch_case(index: int) -> dict[str, Any]:
     return {"stdin": f"{index}\n", "expected_stdout": expected + "\n"}
 
 
-async def test_run_code_batch_fifty_cases(open_url: str) -> None:
+async def test_run_code_batch_fifty_cases(real_open_url: str) -> None:
+    open_url = real_open_url
     code = (
         "import builtins, os\n"
         "line = input()\n"

@@ -42,11 +42,11 @@ CONFIRMED = "sandbox confirmed\n"
 
 
 @pytest.fixture(scope="module")
-async def url(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+async def url(real_engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
     config = Config(
         data_dir=tmp_path_factory.mktemp("batch"), api_keys=KEYS, timeout=20, open_run_code=True
     )
-    async with live(create_app(engine, config)) as served:
+    async with live(create_app(real_engine, config)) as served:
         yield served
 
 

@@ -1,6 +1,7 @@
 """What /run_code answers when the sandbox, not the program, is at fault: 504 with
 Retry-After for a full queue (verl retries only that), SandboxError for a broken worker, and
-no other 5xx."""
+no other 5xx. On the sandbox's in-process twin (waits for a worker under a mock clock): code
+that sleeps or ends its own process is played by a stand-in that does the same."""
 
 from __future__ import annotations
 
@@ -18,10 +19,18 @@ from corral.engine import Engine, ExecutionResult
 from corral.http import create_app
 from corral.http._sandboxfusion_wire import passed, to_response, work_path
 from tests.http.httpkit import KEYS, client_for
+from tests.http.twinkit import Script, crashes, on_mock_clock, sleeps
 
 pytestmark = pytest.mark.anyio
 
 HOLD = "import time\ntime.sleep(30)"
+SLOW = "import time\ntime.sleep(1.5)"
+EXITS = "import os\nos._exit(0)"
+
+
+@pytest.fixture(scope="module")
+def stand_ins() -> dict[str, Script]:
+    return {HOLD: sleeps(30), SLOW: sleeps(1.5), EXITS: crashes()}
 
 
 def _config(tmp_path: Path) -> Config:
@@ -45,6 +54,7 @@ async def _holding(
         tg.cancel_scope.cancel()
 
 
+@on_mock_clock
 async def test_a_full_queue_is_504_with_retry_after(
     engine_factory: Callable[..., Any], tmp_path: Path
 ) -> None:
@@ -65,6 +75,7 @@ async def test_a_full_queue_is_504_with_retry_after(
                 assert batch.headers["retry-after"] == "1"
 
 
+@on_mock_clock
 async def test_waiting_for_a_worker_is_bounded_and_not_part_of_run_timeout(
     engine_factory: Callable[..., Any], tmp_path: Path
 ) -> None:
@@ -82,7 +93,7 @@ async def test_waiting_for_a_worker_is_bounded_and_not_part_of_run_timeout(
             # Behind a program that holds the only worker for longer than this run's own
             # timeout, the run still gets its full timeout once a worker frees up.
             async with anyio.create_task_group() as tg:
-                slow = {"code": "import time\ntime.sleep(1.5)", "language": "python"}
+                slow = {"code": SLOW, "language": "python"}
                 tg.start_soon(lambda: client.post("/run_code", json=slow))
                 await _until_running(engine, 1)
                 quick = await client.post(
@@ -96,9 +107,7 @@ async def test_waiting_for_a_worker_is_bounded_and_not_part_of_run_timeout(
 async def test_a_worker_that_dies_is_sandbox_error(engine: Engine, tmp_path: Path) -> None:
     app = create_app(engine, _config(tmp_path))
     async with client_for(app) as client:
-        response = await client.post(
-            "/run_code", json={"code": "import os\nos._exit(0)", "language": "python"}
-        )
+        response = await client.post("/run_code", json={"code": EXITS, "language": "python"})
     assert response.status_code == 200
     body = response.json()
     assert body["status"] == "SandboxError"

@@ -1,8 +1,11 @@
-"""End to end over a real socket: ``serve_async`` on 127.0.0.1, a Quick Apps-style flow."""
+"""End to end over a real socket: ``serve_async`` on 127.0.0.1 (the real sandbox), a Quick
+Apps-style flow."""
 
 from __future__ import annotations
 
+import os
 import socket
+import stat
 from pathlib import Path
 
 import anyio
@@ -13,7 +16,7 @@ from corral._config import Config
 from corral.http import serve_async
 from tests.http.httpkit import ALICE, KEYS, OPS
 
-pytestmark = [pytest.mark.anyio, pytest.mark.network]
+pytestmark = [pytest.mark.anyio, pytest.mark.network, pytest.mark.isolation]
 
 
 async def test_quick_apps_flow_over_loopback(tmp_path: Path) -> None:
@@ -32,6 +35,12 @@ async def test_quick_apps_flow_over_loopback(tmp_path: Path) -> None:
                 await _flow(f"http://127.0.0.1:{port}")
             finally:
                 stop.set()
+    # Keys and tenants' files: every folder the server made in its data folder is 0700.
+    folders = [Path(root) for root, _, _ in os.walk(config.data_dir)]
+    assert config.data_dir / "files" / "blobs" in folders
+    assert len(folders) >= 4  # the data folder, files, blobs and at least one blob folder
+    modes = {str(path): stat.S_IMODE(path.stat().st_mode) for path in folders}
+    assert set(modes.values()) == {0o700}, modes
 
 
 async def _flow(base_url: str) -> None:

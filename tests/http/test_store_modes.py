@@ -22,8 +22,11 @@ async def test_the_store_folder_is_0700_and_every_file_in_it_0600(tmp_path: Path
     store = FileStore(folder)
     stored = await store.put_bytes("bucket", "a/b.txt", b"secret", "text/plain")
     assert await store.read(stored) == b"secret"
-    assert _mode(folder) == 0o700
-    assert _mode(folder / "blobs") == 0o700
+    folders = [Path(root) for root, _, _ in os.walk(folder)]
+    assert folder / "blobs" in folders
+    assert any(path.parent == folder / "blobs" for path in folders)  # blobs/6c and the like
+    for path in folders:
+        assert _mode(path) == 0o700, path
     files = [Path(root) / name for root, _, names in os.walk(folder) for name in names]
     assert folder / "files.sqlite3" in files
     assert any(path.parent.parent == folder / "blobs" for path in files)  # the blob itself
@@ -35,8 +38,10 @@ async def test_a_loose_existing_store_is_tightened(tmp_path: Path) -> None:
     folder = tmp_path / "files"
     folder.mkdir(mode=0o755)
     (folder / "files.sqlite3").touch(mode=0o644)
+    (folder / "blobs" / "6c").mkdir(mode=0o755, parents=True)  # as an older corral made it
     FileStore(folder)
     assert _mode(folder) == 0o700
+    assert _mode(folder / "blobs" / "6c") == 0o700
     assert _mode(folder / "files.sqlite3") == 0o600
 
 

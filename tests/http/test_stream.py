@@ -2,7 +2,8 @@
 
 Liveness is proved by events, not by time: the code waits for a file the test uploads only
 after it received the first line, so a response that arrived whole at the end could never
-finish.
+finish. The engine runs on the sandbox's in-process twin; code that waits or spins (which would
+stop the twin's event loop) is played by a stand-in that does what it does.
 """
 
 from __future__ import annotations
@@ -14,23 +15,57 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from fastapi import FastAPI
 
+from corral._config import Config
 from corral._limits import Limits
-from corral.engine._fit import marker
-from tests.http.httpkit import ALICE, OPS
+from corral.engine import Engine
+from corral.engine._fit import STREAM_CUT, marker
+from corral.http import create_app
+from corral.sandbox import RunRequest, TwinIO, TwinReply
+from tests.http.httpkit import ALICE, KEYS, OPS, TIMEOUT
 from tests.http.livekit import live
+from tests.http.twinkit import Script, runs_until_stopped
 
 pytestmark = [pytest.mark.anyio, pytest.mark.network]
 
 RUN_BOUND = 30.0  # seconds for any one streamed run here
 TIMINGS = ("elapsed_ms", "queued_ms", "cpu_ms", "peak_rss_kb")
+WAITS_FOR_GO = (
+    "import os, sys, time\n"
+    "print('first')\n"
+    "print('careful', file=sys.stderr)\n"
+    "while not os.path.exists('go'):\n"
+    "    time.sleep(0.01)\n"
+    "print('second')\n"
+    "6 * 7"
+)
+SPINS = "print('started', flush=True)\nwhile True: pass"
+_POLL = 0.01  # seconds between looks for the file, as WAITS_FOR_GO looks
 
 
-@pytest.fixture
-async def http(gateway_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+async def _waits_for_go(request: RunRequest, io: TwinIO) -> TwinReply:
+    """WAITS_FOR_GO, step by step."""
+    await io.stdout("first\n")
+    await io.stderr("careful\n")
+    while not await anyio.Path(io.cwd, "go").exists():  # noqa: ASYNC110 - as the code polls
+        await anyio.sleep(_POLL)
+    await io.stdout("second\n")
+    return TwinReply(result={"text/plain": "42"})
+
+
+@pytest.fixture(scope="module")
+def stand_ins() -> dict[str, Script]:
+    return {WAITS_FOR_GO: _waits_for_go, SPINS: runs_until_stopped("started\n")}
+
+
+@pytest.fixture(scope="module")
+async def http(
+    engine: Engine, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[httpx.AsyncClient]:
+    data_dir = tmp_path_factory.mktemp("stream")
+    config = Config(mode="gateway", data_dir=data_dir, api_keys=KEYS, timeout=TIMEOUT)
     async with (
-        live(gateway_app) as base_url,
+        live(create_app(engine, config)) as base_url,
         httpx.AsyncClient(base_url=base_url, headers={"Api-Key": ALICE}, timeout=30) as client,
     ):
         yield client
@@ -56,17 +91,8 @@ def _untimed(result: dict[str, Any]) -> dict[str, Any]:
 
 async def test_the_first_line_arrives_while_the_code_still_runs(http: httpx.AsyncClient) -> None:
     session_id = (await http.post(f"{OPS}/open_session", json={})).json()["sessionId"]
-    code = (
-        "import os, sys, time\n"
-        "print('first')\n"
-        "print('careful', file=sys.stderr)\n"
-        "while not os.path.exists('go'):\n"
-        "    time.sleep(0.01)\n"
-        "print('second')\n"
-        "6 * 7"
-    )
     lines: list[dict[str, Any]] = []
-    body = {"code": code, "sessionId": session_id, "stream": True}
+    body = {"code": WAITS_FOR_GO, "sessionId": session_id, "stream": True}
     with anyio.fail_after(RUN_BOUND):
         async with http.stream("POST", "/v1/execute", json=body) as response:
             async for line in _lines(response):
@@ -123,7 +149,7 @@ async def test_streamed_output_keeps_the_ceilings_with_exact_omissions(
     lines = await _stream(http, {"code": f"print('a' * {3 * limit})"})
     streamed = "".join(x["text"] for x in lines if x["type"] == "stdout")
     result = lines[-1]["result"]
-    assert streamed == "a" * limit  # the head, cut at the ceiling
+    assert streamed == "a" * limit + STREAM_CUT  # the head, cut at the ceiling, and says so
     omitted = result["omitted"]["stdout"]
     assert len(result["stdout"]) == limit
     assert len(result["stdout"]) - len(marker(omitted)) + omitted == total  # exact omissions
@@ -141,8 +167,7 @@ async def test_a_session_closed_under_its_stream_ends_with_an_error_line(
     http: httpx.AsyncClient,
 ) -> None:
     session_id = (await http.post(f"{OPS}/open_session", json={})).json()["sessionId"]
-    code = "print('started', flush=True)\nwhile True: pass"
-    body = {"code": code, "sessionId": session_id, "stream": True}
+    body = {"code": SPINS, "sessionId": session_id, "stream": True}
     lines: list[dict[str, Any]] = []
     with anyio.fail_after(RUN_BOUND):
         async with http.stream("POST", "/v1/execute", json=body) as response:

@@ -1,4 +1,6 @@
-"""Gateway file operations and transfers, with DIAL Core's checks in order (§5.6, §5.8)."""
+"""Gateway file operations and transfers, with DIAL Core's checks in order (docs/dial.md §5.6
+and §5.8), on the sandbox's in-process twin; links code plants and its /mnt/data, on the real
+sandbox."""
 
 from __future__ import annotations
 
@@ -149,7 +151,8 @@ open('real.txt', 'w').write('real')
 """
 
 
-async def test_links_planted_by_code_never_leak(client: httpx.AsyncClient) -> None:
+async def test_links_planted_by_code_never_leak(real_client: httpx.AsyncClient) -> None:
+    client = real_client
     session_id = await open_session(client)
     assert (await execute(client, PLANT, session_id))["status"] == "SUCCESS"
     bucket = await _bucket(client)
@@ -230,7 +233,8 @@ async def test_transfer_input_checks_in_order(
         )
 
 
-async def test_transfer_output(client: httpx.AsyncClient) -> None:
+async def test_transfer_output(real_client: httpx.AsyncClient) -> None:
+    client = real_client
     session_id = await open_session(client)
     bucket = await _bucket(client)
     await execute(client, "open('/mnt/data/plot.png', 'wb').write(b'PNG')", session_id)

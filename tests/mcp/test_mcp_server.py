@@ -1,4 +1,5 @@
-"""The MCP server through the SDK's own in-memory client, over real sandboxed workers.
+"""The MCP server through the SDK's own in-memory client, over the sandbox's in-process twin
+(real workers where a test needs what happens inside them).
 
 ``mode="legacy"`` drives the initialize-handshake stream loop (what desktop clients speak
 today); ``mode="auto"`` negotiates the 2026-07-28 per-request era in process.
@@ -10,7 +11,6 @@ import base64
 import json
 import pathlib
 import secrets
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -19,7 +19,6 @@ import pytest
 from mcp.client import Client
 from mcp.shared.exceptions import MCPError
 
-from corral import Limits
 from corral.engine import Engine
 from corral.mcp import McpOptions, build_server
 from corral.tools import (
@@ -29,17 +28,12 @@ from corral.tools import (
     ToolRegistry,
     ToolResult,
 )
+from tests.engine.twinkit import SPIN
 
-pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
+pytestmark = pytest.mark.anyio
 
 WORKBOOK = pathlib.Path(__file__).resolve().parents[2] / "examples" / "northstar.xlsx"
 MODES = ["legacy", "auto"]
-
-
-@pytest.fixture(scope="module")
-async def engine() -> AsyncIterator[Engine]:
-    async with Engine(capacity=2, limits=Limits(timeout=20)) as started:
-        yield started
 
 
 class Notes:
@@ -86,9 +80,10 @@ async def test_serves_three_tools_and_advertises_list_changed(engine: Engine, mo
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_workbook_source_to_mean_with_image_and_structured_content(
-    engine: Engine, mode: str
+    real_engine: Engine, mode: str
 ) -> None:
-    async with Client(build_server(engine), mode=mode) as client:
+    # Real workers: the figure becomes a PNG through the worker's own matplotlib backend.
+    async with Client(build_server(real_engine), mode=mode) as client:
         added = await call(
             client,
             "source_add",
@@ -226,7 +221,7 @@ async def test_a_client_that_gives_up_cancels_the_run(engine: Engine) -> None:
         with anyio.fail_after(30), pytest.raises(MCPError, match="timed out"):
             await client.call_tool(
                 "code_interpreter",
-                {"summary": "s", "code": "while True:\n    pass"},
+                {"summary": "s", "code": SPIN},
                 read_timeout_seconds=1.0,
             )
         # notifications/cancelled reached the server: the worker is terminated, not waited
@@ -334,8 +329,9 @@ async def test_code_session_takes_sources_and_returns_the_files_it_makes(engine:
             await client.read_resource("corral://session/files/missing.txt")
 
 
-async def test_code_interpreter_finds_a_source_under_its_own_name(engine: Engine) -> None:
-    async with Client(build_server(engine), mode="legacy") as client:
+async def test_code_interpreter_finds_a_source_under_its_own_name(real_engine: Engine) -> None:
+    # Real workers: the worker puts each source in its folder under the source's name.
+    async with Client(build_server(real_engine), mode="legacy") as client:
         added = await call(client, "source_add", {"content": "n\n2\n5\n", "filename": "s.csv"})
         source_id = added.structured_content["id"]
         used = await call(

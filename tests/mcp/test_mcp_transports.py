@@ -1,5 +1,5 @@
-"""The MCP server as clients meet it: a real ``python -m corral.mcp`` subprocess on stdio,
-and streamable HTTP on a loopback port."""
+"""The MCP server as clients meet it: a real ``python -m corral.mcp`` subprocess on stdio (real
+workers), and streamable HTTP on a loopback port (over the sandbox's in-process twin)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import functools
 import os
 import pathlib
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -16,12 +15,11 @@ import pytest
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from corral import Limits
 from corral.engine import Engine
 from corral.mcp import serve_http
 from corral.tools import Invocation, Tool, ToolContext, ToolRegistry, ToolResult
 
-pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
+pytestmark = pytest.mark.anyio
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -49,6 +47,7 @@ async def _exercise(client: Client) -> None:
     assert result.structured_content["result"] == {"text/plain": "8.25"}
 
 
+@pytest.mark.isolation
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_stdio_subprocess(tmp_path: pathlib.Path, mode: str) -> None:
     env = {"CORRAL_DATA_DIR": str(tmp_path)}
@@ -64,6 +63,7 @@ async def test_stdio_subprocess(tmp_path: pathlib.Path, mode: str) -> None:
             await _exercise(client)
 
 
+@pytest.mark.isolation
 async def test_stdio_has_no_call_cap_unless_the_operator_sets_one(tmp_path: pathlib.Path) -> None:
     env = {"CORRAL_DATA_DIR": str(tmp_path)}
     if "PYTHONPATH" in os.environ:
@@ -84,12 +84,6 @@ async def test_stdio_has_no_call_cap_unless_the_operator_sets_one(tmp_path: path
                     for _ in range(12)
                 ]
         assert outcomes == ["ok"] * allowed + ["quota_exceeded"] * (12 - allowed), args
-
-
-@pytest.fixture(scope="module")
-async def engine() -> AsyncIterator[Engine]:
-    async with Engine(capacity=2, limits=Limits(timeout=20)) as started:
-        yield started
 
 
 @pytest.mark.network

@@ -1,4 +1,4 @@
-"""A fake Mistral API that speaks the wire shapes of the spec (mistral-tools.md §7).
+"""A fake Mistral API that speaks the wire shapes of docs/mistral.md §7.
 
 One request handler serves both transports: ``httpx.MockTransport`` in process, and a real
 ``http.server`` on 127.0.0.1 for the loopback tests. It records every request, checks the

@@ -1,4 +1,7 @@
-"""The connector loader: load, unload, reload, names, idempotence and state (spec §4)."""
+"""The connector loader: load, unload, reload, names, idempotence and state.
+
+What each must do is docs/mistral.md §4.
+"""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ import corral
 from corral._limits import Limits
 from corral.engine import Engine, Input, RunEvent
 from corral.sandbox import DENIED_SYSCALLS
+from tests.sandbox.kernel import autogroups_in_force
 
 pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
 
@@ -191,6 +192,28 @@ async def test_state_from_one_run_is_absent_in_the_next(engine: Engine) -> None:
     }
 
 
+_AUTOGROUP_NICE = (
+    "import json, os\n"
+    "if os.getpid() != 1 or [p for p in os.listdir('/proc') if p.isdigit()] != ['1']:\n"
+    "    raise RuntimeError('refusing to renice an autogroup outside the corral sandbox')\n"
+    "{action}"
+    "print(json.dumps(open('/proc/self/autogroup').read().split()[-1]))"
+)
+
+
+async def test_a_run_that_renices_its_autogroup_renices_no_other(engine: Engine) -> None:
+    # Any process may raise its autogroup's nice value; a worker's is its own, not its
+    # zygote's, which every later worker would share.
+    autogroups_in_force()
+    renice = "open('/proc/self/autogroup', 'w').write('19')\n"
+    assert await probe(engine, _AUTOGROUP_NICE.format(action=renice)) == "19"
+    assert await probe(engine, _AUTOGROUP_NICE.format(action="")) == "0"
+    for host in engine._zygote_handles().values():
+        if host.pid is not None:
+            nice = (await anyio.Path(f"/proc/{host.pid}/autogroup").read_text()).split()[-1]
+            assert nice == "0"
+
+
 # network ----------------------------------------------------------------------------------
 
 _CONNECT = """
@@ -278,7 +301,10 @@ SANDBOX_OWN = {"/tmp": {"matplotlib"}}
 
 async def test_host_files_are_invisible(engine: Engine) -> None:
     host = _host_view()
-    roots = _runtime_roots()
+    # The runtime, and the toolchains of the languages this engine serves, bound read-only
+    # (a JDK's settings under /etc sit in the sandbox's own /etc, which has files of its own).
+    toolchains = [b for b in engine.languages.binds() if not b.startswith("/etc/")]
+    roots = sorted({*_runtime_roots(), *toolchains})
     # Directories above a runtime root (/root above /root/.pyenv/...) exist inside only as
     # the path down to it; list each one on the way.
     ancestors = sorted(

@@ -1,7 +1,10 @@
-"""``code_interpreter`` against real sandboxed workers: the evidence list of seed 002 §12.12.
+"""``code_interpreter``: what docs/code-interpreter.md §11 lists.
 
-One engine serves the module (it takes about a second to start); its capacity of one makes
-queueing deterministic. Nothing here mocks the sandbox.
+The tool's logic (schema, budget, fitting, typed results, sources refused before Python,
+queueing and cancellation) runs on the sandbox's in-process twin; what the code meets inside
+the sandbox (its folders and mounts, figures, escape routes, a worker that will not stop) runs
+on real workers (``real_engine``, marked ``isolation``). Each engine has a capacity of one, so
+queueing is deterministic.
 """
 
 from __future__ import annotations
@@ -36,21 +39,32 @@ from corral.tools import (
     register_code_interpreter,
     source_add_tool,
 )
+from tests.engine.twinkit import StandIn, standing_in, twin_engine
 
-pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
+pytestmark = pytest.mark.anyio
 
 FAST = CodeInterpreterConfig(timeout_ms=10_000)
 HERE = str(pathlib.Path(__file__).resolve())
+LIMITS = Limits(timeout=10)
+HOLD = "import time\ntime.sleep(60)"
+"""Occupies the only worker until its call is cancelled; on the twin a stand-in that waits."""
 
 
 @pytest.fixture(scope="module")
 def anyio_backend() -> str:
-    return "asyncio"  # module scope, so the engine below is started once
+    return "asyncio"  # module scope, so the engines below are started once
 
 
 @pytest.fixture(scope="module")
 async def engine() -> AsyncIterator[Engine]:
-    async with Engine(capacity=1, limits=Limits(timeout=10)) as started:
+    handler = standing_in({HOLD: StandIn()})
+    async with twin_engine(handler, capacity=1, limits=LIMITS) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+async def real_engine() -> AsyncIterator[Engine]:
+    async with Engine(capacity=1, limits=LIMITS) as started:
         yield started
 
 
@@ -106,6 +120,11 @@ class Harness:
 @pytest.fixture
 def harness(engine: Engine) -> Harness:
     return Harness(engine)
+
+
+@pytest.fixture
+def real_harness(real_engine: Engine) -> Harness:
+    return Harness(real_engine)
 
 
 def outcome(result: ToolResult) -> str:
@@ -173,7 +192,8 @@ async def test_an_invocation_without_a_cap_is_never_refused(engine: Engine) -> N
 # fresh state ---------------------------------------------------------------------------------
 
 
-async def test_every_call_starts_from_fresh_state(harness: Harness) -> None:
+async def test_every_call_starts_from_fresh_state(real_harness: Harness) -> None:
+    harness = real_harness
     first = await harness.run(
         "import os, sys, string\n"
         "print(sorted(os.listdir('/work')))\n"
@@ -258,7 +278,8 @@ async def test_a_python_exception_is_a_typed_bounded_result(harness: Harness) ->
     assert "characters omitted" in huge.text
 
 
-async def test_figures_become_png_image_blocks(harness: Harness) -> None:
+async def test_figures_become_png_image_blocks(real_harness: Harness) -> None:
+    harness = real_harness  # the worker's own matplotlib backend makes the PNG
     result = await harness.run(
         "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\n'plotted'"
     )
@@ -351,7 +372,10 @@ async def _until(predicate: Any, within: float = 10.0) -> None:
             await anyio.sleep(0.01)
 
 
-async def test_non_cooperative_code_is_stopped_by_terminating_the_worker(engine: Engine) -> None:
+async def test_non_cooperative_code_is_stopped_by_terminating_the_worker(
+    real_engine: Engine,
+) -> None:
+    engine = real_engine
     harness = Harness(engine, config=CodeInterpreterConfig(timeout_ms=2_500))
     comm = "ci" + secrets.token_hex(6)
     code = (
@@ -394,7 +418,7 @@ async def test_a_queued_call_cancelled_before_its_turn_never_runs(engine: Engine
         results[name] = await harness.run(code)
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(run, "holder", holder, "import time\ntime.sleep(60)")
+        tg.start_soon(run, "holder", holder, HOLD)
         with anyio.fail_after(10):
             await holder.phase("executing").wait()  # the only worker slot is taken
         tg.start_soon(run, "queued", queued, "print('ran')")
@@ -416,7 +440,8 @@ async def test_a_queued_call_cancelled_before_its_turn_never_runs(engine: Engine
 # sources -------------------------------------------------------------------------------------
 
 
-async def test_sources_are_mounted_by_id_only(harness: Harness) -> None:
+async def test_sources_are_mounted_by_id_only(real_harness: Harness) -> None:
+    harness = real_harness
     sources = harness.invocation.sources
     table = sources.add_attachment(b"name,hours\nA,9\nB,7.5\n", "runtimes.csv")
     note = sources.add_text("read_source text\n", "notes.txt")
@@ -448,7 +473,8 @@ async def test_sources_are_mounted_by_id_only(harness: Harness) -> None:
     ]
 
 
-async def test_changing_a_mount_cannot_change_the_source(harness: Harness) -> None:
+async def test_changing_a_mount_cannot_change_the_source(real_harness: Harness) -> None:
+    harness = real_harness
     source = harness.invocation.sources.add_text("original\n", "a.txt")
     attempt = await harness.run(
         "try:\n"
@@ -542,7 +568,8 @@ async def test_duplicate_ids_are_rejected_before_python(harness: Harness) -> Non
 # escape routes -------------------------------------------------------------------------------
 
 
-async def test_escape_routes_are_closed(harness: Harness) -> None:
+async def test_escape_routes_are_closed(real_harness: Harness) -> None:
+    harness = real_harness
     here = HERE
     code = f"""
 import json, os, socket, subprocess, sys
@@ -604,7 +631,8 @@ async def test_quota_exhaustion_refuses_before_any_work(engine: Engine) -> None:
 # progress privacy --------------------------------------------------------------------------------
 
 
-async def test_progress_and_details_disclose_nothing_planted(harness: Harness) -> None:
+async def test_progress_and_details_disclose_nothing_planted(real_harness: Harness) -> None:
+    harness = real_harness  # the sandbox's own paths (/inputs, /work) must not leak either
     marks = {
         k: f"MARK{k}{secrets.token_hex(4)}"
         for k in ("code", "out", "err", "res", "file", "cell", "wfile", "exc", "bogus")
