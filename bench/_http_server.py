@@ -184,7 +184,7 @@ async def serve_child(args: argparse.Namespace) -> None:
                 "capacity": engine.capacity,
                 "pool_size": engine.statistics().pool_size,
                 "runtime": engine.runtime,
-                "timeout": config.timeout,
+                "timeout": config.execution_timeout,
                 "queue_size": config.queue_size,
             }
         )

@@ -1,5 +1,7 @@
 """What case servers buy (issue 12): one program's cases as ``Engine.run`` each, or as
-``Engine.run_cases``, in process, side by side.
+``Engine.run_cases``, in process, side by side; and what the case server's run of a program's
+leading imports buys (issue 19), against the same program behind a ``pass``, whose imports
+each case then runs itself.
 
 Run as ``.venv/bin/python bench/cases.py [--problems P] [--rounds R] [--markdown]``. Each
 problem is ``bench/rl.py``'s verl harness with 50 cases on stdin; both paths get the same
@@ -71,8 +73,17 @@ async def _batched(engine: Engine, problem: Problem) -> None:
     _check(problem, await engine.run_cases(problem.code, cases, limits=LIMITS))
 
 
-async def _measure(engine: Engine, tally: Tally, work: list[Problem], batched: bool) -> None:
-    one = _batched if batched else _per_run
+async def _batched_without_leading_imports(engine: Engine, problem: Problem) -> None:
+    # A first statement that is not an import: the case server runs none of the imports.
+    cases = [Case(stdin=stdin.encode()) for stdin, _ in problem.cases]
+    _check(problem, await engine.run_cases("pass\n" + problem.code, cases, limits=LIMITS))
+
+
+PATHS = (_per_run, _batched, _batched_without_leading_imports)
+
+
+async def _measure(engine: Engine, tally: Tally, work: list[Problem], path: int) -> None:
+    one = PATHS[path]
     limiter = anyio.CapacityLimiter(AT_ONCE)
 
     async def limited(problem: Problem) -> None:
@@ -93,15 +104,19 @@ async def _measure(engine: Engine, tally: Tally, work: list[Problem], batched: b
 
 async def run(args: argparse.Namespace) -> list[Tally]:
     work = problems(args.problems * args.rounds + 1)
-    tallies = [Tally("Engine.run per case"), Tally("Engine.run_cases (case servers)")]
+    tallies = [
+        Tally("Engine.run per case"),
+        Tally("Engine.run_cases (case servers)"),
+        Tally("run_cases, each case runs the leading imports"),
+    ]
     async with Engine(capacity=2, limits=LIMITS) as engine:
-        await _batched(engine, work[0])  # warm both paths once
-        await _per_run(engine, work[0])
+        for path in PATHS:  # warm every path once
+            await path(engine, work[0])
         for round_ in range(args.rounds):
             share = work[1 + round_ * args.problems : 1 + (round_ + 1) * args.problems]
-            order = (0, 1) if round_ % 2 == 0 else (1, 0)
+            order = range(len(PATHS)) if round_ % 2 == 0 else reversed(range(len(PATHS)))
             for which in order:
-                await _measure(engine, tallies[which], share, batched=which == 1)
+                await _measure(engine, tallies[which], share, which)
     return tallies
 
 

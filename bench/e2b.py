@@ -39,6 +39,29 @@ KEY = "e2b_" + "0123456789abcdef" * 2
 CODE = "print(1)"
 CREATE_TARGET_MS = 50.0
 OVERHEAD_TARGET_MS = 2.0
+PROXY_TARGET_MS = 1.0
+
+
+def _added(sdk: dict[str, list[float]]) -> float:
+    return _p(sdk["proxy"], 0.5) - _p(sdk["inside"], 0.5)
+
+
+def _ports_rows(sdk: dict[str, list[float]], before: dict[str, list[float]] | None) -> list[str]:
+    """The table's rows for the port proxy and, with a "before" checkout, run_code then."""
+    rows = [
+        ("GET via get_host (proxy)", sdk["proxy"]),
+        ("GET from inside the sandbox", sdk["inside"]),
+    ]
+    if before is not None:
+        rows.append(("warm run_code, before", before["warm"]))
+    lines = [
+        "| " + " | ".join([label, f"{_p(v, 0.5):.2f}", f"{_p(v, 0.9):.2f}", "", "", "", ""]) + " |"
+        for label, v in rows
+    ]
+    lines.append(f"| port proxy added p50 | {_added(sdk):.2f} | | | | | |")
+    lines.append(f"| corral serve CPU per proxied GET | {sdk['proxy_cpu'][0]:.2f} | | | | | |")
+    lines.append(f"| corral serve CPU per envd /health | {sdk['health_cpu'][0]:.2f} | | | | | |")
+    return lines
 
 
 def _p(values: list[float], q: float) -> float:
@@ -49,7 +72,7 @@ def _p(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-def client(url: str, creates: int, runs: int) -> None:
+def client(url: str, creates: int, runs: int, *, server_pid: int) -> None:
     """Runs in the SDK's venv: time the SDK's calls, print the samples as JSON."""
     os.environ.update(E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=KEY)
     from e2b_code_interpreter import Sandbox
@@ -73,7 +96,86 @@ def client(url: str, creates: int, runs: int) -> None:
             execution = sandbox.run_code(CODE)
             warm_ms.append((time.perf_counter() - started) * 1000)
             assert execution.logs.stdout == ["1\n"], execution
-    print(json.dumps({"create": create_ms, "warm": warm_ms}))
+    ports = ports_client(url, runs, server_pid) if server_pid else {}
+    print(json.dumps({"create": create_ms, "warm": warm_ms, **ports}))
+
+
+_SITE = "/home/user/site"
+_PORT = 8000
+_WARM_REQUESTS = 20
+_INSIDE = """
+import http.client, json, socket, time
+for _ in range(2000):  # the server starts: a bounded wait for it to listen
+    try:
+        socket.create_connection(("127.0.0.1", {port}), timeout=1).close()
+        break
+    except OSError:
+        time.sleep(0.005)
+ms = []
+for i in range({warm} + {count}):
+    started = time.perf_counter()
+    connection = http.client.HTTPConnection("127.0.0.1", {port})
+    connection.request("GET", "/small.txt")
+    body = connection.getresponse().read()
+    connection.close()
+    assert len(body) == 100
+    if i >= {warm}:
+        ms.append((time.perf_counter() - started) * 1000)
+json.dumps(ms)
+"""
+
+
+def _cpu_ms(pid: int) -> float:
+    """CPU time (user + system) of process ``pid`` so far, in ms."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def ports_client(url: str, count: int, server_pid: int) -> dict[str, list[float]]:
+    """A small GET to ``python -m http.server`` in the sandbox: through corral's port proxy
+    (``get_host``, one kept-alive connection to corral) and from inside the sandbox (a
+    connection per request, as the server closes each: the proxy's leg in makes one too)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    from e2b_code_interpreter import Sandbox
+
+    with Sandbox.create() as sandbox:
+        sandbox.files.write(f"{_SITE}/small.txt", "x" * 100)
+        command = f"python3 -m http.server {_PORT} --bind 127.0.0.1 --directory {_SITE}"
+        sandbox.commands.run(command, background=True)
+        inside = sandbox.run_code(_INSIDE.format(port=_PORT, warm=_WARM_REQUESTS, count=count))
+        assert inside.error is None, inside.error
+        inside_ms = json.loads(inside.text.strip("'\""))
+        where = urlsplit(url)
+        connection = http.client.HTTPConnection(where.hostname or "", where.port)
+        headers = {"Host": sandbox.get_host(_PORT),
+                   "e2b-traffic-access-token": sandbox.traffic_access_token or ""}  # fmt: skip
+        proxy_ms: list[float] = []
+        cpu_before = 0.0
+        for i in range(_WARM_REQUESTS + count):
+            if i == _WARM_REQUESTS:
+                cpu_before = _cpu_ms(server_pid)
+            started = time.perf_counter()
+            connection.request("GET", "/small.txt", headers=headers)
+            reply = connection.getresponse()
+            body = reply.read()
+            assert (reply.status, len(body)) == (200, 100), (reply.status, body[:200])
+            if i >= _WARM_REQUESTS:
+                proxy_ms.append((time.perf_counter() - started) * 1000)
+        server_cpu = (_cpu_ms(server_pid) - cpu_before) / count
+        # The same server's CPU for a request it answers itself (envd's health): the part of
+        # a request any route costs (uvicorn, the gateway), for comparison.
+        health = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "49983",
+                  "X-Access-Token": sandbox._envd_access_token or ""}  # fmt: skip
+        cpu_before = _cpu_ms(server_pid)
+        for _ in range(count):
+            connection.request("GET", "/health", headers=health)
+            connection.getresponse().read()
+        health_cpu = (_cpu_ms(server_pid) - cpu_before) / count
+        connection.close()
+    return {"proxy": proxy_ms, "inside": inside_ms, "proxy_cpu": [server_cpu],
+            "health_cpu": [health_cpu]}  # fmt: skip
 
 
 def engine_twin(creates: int, runs: int) -> dict[str, list[float]]:
@@ -126,16 +228,20 @@ def sdk_python() -> Path:
     return python
 
 
-def sdk_side(creates: int, runs: int) -> dict[str, list[float]]:
+def sdk_side(creates: int, runs: int, checkout: Path | None = None) -> dict[str, list[float]]:
+    """The SDK's samples against ``corral serve`` of this checkout, or of ``checkout`` (its
+    ``src`` first on the path of the same interpreter: the "before" of a change; no ports)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CORRAL_", "E2B_"))}
     data = ROOT / "build" / "bench-e2b-data"
     env.update(CORRAL_API_KEYS=f"{KEY}:bench", CORRAL_DATA_DIR=str(data))
-    corral = str(Path(sys.executable).with_name("corral"))
+    serve = [sys.executable, "-c", "import sys; from corral.cli import main; sys.exit(main())"]
+    if checkout is not None:
+        env["PYTHONPATH"] = str(checkout.resolve() / "src")
     server = subprocess.Popen(
-        [corral, "serve", "--host", "127.0.0.1", "--port", str(port)],
+        [*serve, "serve", "--host", "127.0.0.1", "--port", str(port)],
         env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     try:
@@ -149,9 +255,12 @@ def sdk_side(creates: int, runs: int) -> dict[str, list[float]]:
         threading.Thread(target=lambda: [None for _ in server.stderr or ()], daemon=True).start()
         done = subprocess.run(
             [str(sdk_python()), __file__, "--client", f"http://127.0.0.1:{port}",
-             "--creates", str(creates), "--runs", str(runs)],
-            capture_output=True, text=True, check=True, env=env,
+             "--creates", str(creates), "--runs", str(runs),
+             "--server-pid", str(0 if checkout is not None else server.pid)],
+            capture_output=True, text=True, check=False, env=env,
         )  # fmt: skip
+        if done.returncode != 0:
+            raise SystemExit(f"the SDK's client failed:\n{done.stderr[-3000:]}")
         samples: dict[str, list[float]] = json.loads(done.stdout.splitlines()[-1])
         return samples
     finally:
@@ -167,12 +276,17 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument(
+        "--before", type=Path, help="a checkout to serve the SDK from too (warm run_code before)"
+    )
     parser.add_argument("--client", help=argparse.SUPPRESS)
+    parser.add_argument("--server-pid", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
-        client(args.client, args.creates, args.runs)
+        client(args.client, args.creates, args.runs, server_pid=args.server_pid)
         return 0
     engine = engine_twin(args.creates, args.runs)
+    before = sdk_side(args.creates, args.runs, args.before) if args.before else None
     sdk = sdk_side(args.creates, args.runs)
     rows = []
     for case, label in (("create", "create + first run"), ("warm", "warm run_code")):
@@ -184,6 +298,7 @@ def main() -> int:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, *numbers in rows:
         lines.append("| " + " | ".join([label, *(f"{n:.2f}" for n in numbers)]) + " |")
+    lines += _ports_rows(sdk, before)
     print("\n".join(lines) if args.markdown else "\n".join(lines).replace("|", " "))
     create_ok = rows[0][1] <= CREATE_TARGET_MS
     overhead_ok = rows[1][5] <= OVERHEAD_TARGET_MS
@@ -195,13 +310,25 @@ def main() -> int:
         f"(ms; {args.creates} creates, {args.runs} warm runs; SDK e2b=={SDK[0]}, "
         f"e2b-code-interpreter=={SDK[1]}; load average {os.getloadavg()[0]:.2f})"
     )
+    proxy_ok = _added(sdk) <= PROXY_TARGET_MS
+    print(
+        f"port proxy added p50 {_added(sdk):.2f} ms (target <= {PROXY_TARGET_MS:g}): "
+        f"{'met' if proxy_ok else 'NOT met'}"
+    )
+    if before is not None:
+        print(
+            f"warm run_code SDK p50 before {_p(before['warm'], 0.5):.2f} ms, after "
+            f"{_p(sdk['warm'], 0.5):.2f} ms (before: {args.before})"
+        )
     if args.json:
         summary = {
             case: {side: statistics.fmean(values[case]) for side, values in
                    (("sdk", sdk), ("engine", engine))}
             for case in ("create", "warm")
         }  # fmt: skip
-        args.json.write_text(json.dumps({"sdk": sdk, "engine": engine, "mean": summary}))
+        args.json.write_text(
+            json.dumps({"sdk": sdk, "engine": engine, "before": before, "mean": summary})
+        )
     return 0
 
 

@@ -1,4 +1,6 @@
-"""Generate examples/northstar.xlsx, the synthetic Northstar workbook (seed §12.10).
+"""Generate examples/northstar.xlsx, the synthetic Northstar workbook.
+
+Its calculation is docs/code-interpreter.md §10.
 
 Two measured runtimes, Prototype A 9 h and Prototype B 7.5 h, whose mean is 8.25 h. The
 bytes are reproducible: workbook timestamps and ZIP entry times are fixed, so re-running
