@@ -8,6 +8,9 @@ cgroups below the cgroup the test runs in, named corral's way, and removes them.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -18,6 +21,8 @@ from corral.engine import Engine
 from corral.errors import IsolationError
 from corral.sandbox import CgroupTree, key_group
 from corral.sandbox.host._cgroups import RUNTIME_ALLOWANCE, discover, memory_knobs
+
+_UNMAPPED_UID = 1_879_999_999  # no uid map of the test's user namespace holds it
 
 HYBRID_MOUNTS = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -134,6 +139,37 @@ def test_a_tree_a_dead_engine_left_is_swept_and_a_live_ones_is_not() -> None:
         assert live.exists()
     finally:
         for path in (stale / "z5" / "w6", stale / "z5", stale, live):
+            if path.exists():
+                path.rmdir()
+
+
+@pytest.mark.isolation
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is not installed")
+def test_a_corral_without_rights_over_a_dead_engines_tree_leaves_it_quietly() -> None:
+    # As a corral in a user namespace of its own meets what a killed engine left: the
+    # zygote's folder belongs to a uid it cannot map, so it may not remove what is below.
+    parents = _hierarchies()
+    pids = next(p for p in parents if p.endswith("/pids"))
+    dead = next(pid for pid in range(4_194_300, 4_194_600) if not os.path.exists(f"/proc/{pid}"))
+    stale = Path(pids) / f"corral-{dead}-1"
+    (stale / "z5" / "w6").mkdir(parents=True)
+    os.chown(stale / "z5", _UNMAPPED_UID, _UNMAPPED_UID)
+    script = "from corral.sandbox import CgroupTree; CgroupTree.create(capacity=1).close()"
+    try:
+        done = subprocess.run(
+            ["unshare", "--user", "--map-root-user", "--mount", sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
+        assert (stale / "z5" / "w6").exists()
+        CgroupTree.create(capacity=1).close()  # one with the rights sweeps it
+        assert not stale.exists()
+    finally:
+        for path in (stale / "z5" / "w6", stale / "z5", stale):
             if path.exists():
                 path.rmdir()
 

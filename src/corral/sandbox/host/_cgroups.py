@@ -583,11 +583,16 @@ def _sweep_dead_trees(parent: str, *, thaw_only: bool = False) -> None:
                 _thaw(folder)
             continue
         logger.info("removing the cgroups of a corral that is gone: %s/%s", parent, name)
-        _remove_tree(os.path.join(parent, name))
+        # A corral without rights over the leftover (one in a user namespace of its own, say)
+        # leaves it to the next one that has them: that is not its own run's failure.
+        _remove_tree(os.path.join(parent, name), denied_level=logging.INFO)
 
 
-def _remove_tree(path: str) -> None:
-    """Remove ``path`` and its sub-folders, deepest first, killing what still runs in them."""
+def _remove_tree(path: str, *, denied_level: int = logging.ERROR) -> None:
+    """Remove ``path`` and its sub-folders, deepest first, killing what still runs in them.
+
+    ``denied_level``: how loudly to log a folder that this process has no right to remove.
+    """
     if not os.path.isdir(path):
         return
     for folder, _subfolders, _files in os.walk(path, topdown=False):
@@ -597,6 +602,9 @@ def _remove_tree(path: str) -> None:
                 break
             except FileNotFoundError:
                 break
+            except PermissionError as exc:  # so its parents cannot go either
+                logger.log(denied_level, "cannot remove cgroup %s: %s", folder, exc)
+                return
             except OSError as exc:
                 if attempt == _REMOVE_ATTEMPTS - 1:
                     logger.error("cannot remove cgroup %s: %s", folder, exc)
