@@ -12,7 +12,13 @@ import anyio
 from fastapi import APIRouter, Depends, Request, Response
 
 from corral.engine import ExecutionResult
-from corral.errors import AccessDenied, SessionClosed, SessionNotFound
+from corral.errors import (
+    AccessDenied,
+    SessionClosed,
+    SessionNotFound,
+    SnapshotError,
+    SnapshotNotFound,
+)
 from corral.http._auth import Caller
 from corral.http._cancel import Hungup, until_hangup
 from corral.http._docs import (
@@ -94,7 +100,10 @@ def _session_id(
 @router.post(
     "/open_session",
     openapi_extra=json_body(OpenSessionBody),
-    responses={200: {"model": DialSessionResponse}, **plain_errors(400, 403, 422, 429, 503)},
+    responses={
+        200: {"model": DialSessionResponse},
+        **plain_errors(400, 403, 404, 409, 422, 429, 503),
+    },
 )
 async def open_session(request: Request) -> Response:
     state, caller = _context(request)
@@ -102,9 +111,15 @@ async def open_session(request: Request) -> Response:
     body = await parse_body(request, OpenSessionBody)
     network = sandbox_network(state.network, caller, body.network)
     template = check_template(state.engine, caller.owner, body.template)
-    session_id = await state.registry.open(
-        caller.owner, body.sessionId, network=network, template=template
-    )
+    try:
+        session_id = await state.registry.open(
+            caller.owner, body.sessionId, network=network, template=template,
+            snapshot=body.snapshot,
+        )  # fmt: skip
+    except SnapshotNotFound:
+        fail(404, f"Snapshot is not found: {body.snapshot}")
+    except SnapshotError as exc:
+        fail(409, f"Snapshot cannot be used: {body.snapshot}", explain=str(exc))
     return json_response({"sessionId": session_id})
 
 

@@ -49,6 +49,9 @@ class OpenSessionBody(SessionBody):
     network: bool | NetworkRequest | None = None
     template: str | None = Field(default=None, min_length=1, max_length=128)
     """A template's name (corral's extension): the session's sandbox is made from it."""
+    snapshot: str | None = Field(default=None, min_length=1, max_length=128)
+    """A snapshot's id (corral's extension, from ``/v1/sessions/{id}/snapshot``): the session
+    starts as its own copy of it."""
 
 
 class InputFile(_Strict):

@@ -2,9 +2,9 @@
 
 ``{id}`` is the caller's DIAL ``sessionId`` (its key's scope, as on every DIAL route): another
 key's session is 404. A paused session also resumes on its next DIAL operation; these routes
-say how it was paused, what a full pause could not keep, and take snapshots that
-``/v1/ops/code_interpreter/open_session`` cannot name (the engine's
-``open_session(snapshot=...)`` starts sessions from them).
+say how it was paused, what a full pause could not keep, and take snapshots, which
+``/v1/ops/code_interpreter/open_session`` with ``"snapshot": id`` (corral's extension) and
+the engine's ``open_session(snapshot=...)`` start sessions from.
 """
 
 from __future__ import annotations

@@ -114,11 +114,14 @@ class Registry:
         *,
         network: SandboxNetwork = NO_NETWORK,
         template: str = "",
+        snapshot: str | None = None,
     ) -> str:
         """Open a session for ``owner``; returns its id.
 
         Raises:
             HTTPException: 400 invalid or taken id, 429 too many sessions.
+            SnapshotNotFound: no such snapshot of ``owner``'s.
+            SnapshotError: the snapshot cannot be read.
         """
         sid = uuid.uuid4().hex if session_id is None else session_id
         if not valid_session_id(sid):
@@ -130,7 +133,7 @@ class Registry:
         entry = entries[sid] = _Entry()
         try:
             session = await self._engine.open_session(
-                tenant=owner, network=network, template=template
+                tenant=owner, network=network, template=template, snapshot=snapshot
             )
         except BaseException:
             entries.pop(sid, None)
