@@ -155,13 +155,14 @@ class Inbound:
         sock = self._ready.pop()
         sock.setblocking(False)
         failed = sock.connect_ex(("127.0.0.1", port))
-        if failed in (errno.EINPROGRESS, errno.EAGAIN) and not _connected_now(sock):
-            try:
-                with anyio.fail_after(_CONNECT_SECONDS):
-                    await anyio.wait_writable(sock)
-            except TimeoutError:
-                sock.close()
-                raise PortClosed(f"port {port} accepts nothing: its backlog is full") from None
+        if failed in (errno.EINPROGRESS, errno.EAGAIN):
+            if not _connected_now(sock):
+                try:
+                    with anyio.fail_after(_CONNECT_SECONDS):
+                        await anyio.wait_writable(sock)
+                except TimeoutError:
+                    sock.close()
+                    raise PortClosed(f"port {port} accepts nothing: its backlog is full") from None
             failed = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if failed == 0:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
