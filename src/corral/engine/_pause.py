@@ -285,13 +285,16 @@ class NoHolder:
     closed = True
     pidfd: int | None = None
 
+    def running_interpreters(self) -> int:
+        return 0
+
     async def wait_ready(self) -> None:
         raise WorkerCrashed("the session is paused to disk: it has no processes")
 
     def open_data_dir(self) -> int:
         raise WorkerCrashed("the session is paused to disk: it has no folder")
 
-    async def start_interpreter(self) -> Worker:
+    async def start_interpreter(self, slot: int = 0) -> Worker:
         raise WorkerCrashed("the session is paused to disk: resume it first")
 
     async def start_command(
@@ -305,10 +308,10 @@ class NoHolder:
     ) -> Command:
         raise WorkerCrashed("the session is paused to disk: resume it first")
 
-    async def interrupt_interpreter(self) -> None:
+    async def interrupt_interpreter(self, slot: int = 0) -> None:
         return None
 
-    async def kill_interpreter(self) -> None:
+    async def kill_interpreter(self, slot: int = 0) -> None:
         return None
 
     def kill(self) -> None:

@@ -75,7 +75,7 @@ from corral.errors import (
     WorkerError,
 )
 from corral.network import NO_NETWORK, Inbound, SandboxNetwork, loopback_up
-from corral.sandbox import HolderLike, Worker
+from corral.sandbox import MAX_INTERPRETERS, HolderLike, Worker
 
 if TYPE_CHECKING:
     from corral.sandbox import Command, SandboxCgroup
@@ -93,12 +93,17 @@ _EXPIRY_TICK = 5.0  # seconds between idle-session sweeps
 
 
 class _Interpreter:
-    """A session's side of the run path: its holder, its one interpreter, its run lock."""
+    """A session's side of the run path: its holder, one interpreter, its run lock.
 
-    def __init__(self, runs: Runs, session_id: str, holder: HolderLike) -> None:
+    ``slot`` 0 is the session's own interpreter; the others run beside it (``Session.run``
+    with ``interpreter=``), each with a lock of its own, so that their runs go side by side.
+    """
+
+    def __init__(self, runs: Runs, session_id: str, holder: HolderLike, slot: int = 0) -> None:
         self._runs = runs
         self.session_id = session_id
         self.holder = holder
+        self.slot = slot
         self.lock = anyio.Lock()
         self.worker: Worker | None = None
         self.restart_note = False
@@ -106,6 +111,8 @@ class _Interpreter:
         self.closing_event = anyio.Event()
         self.wake: Callable[[], Awaitable[None]] | None = None
         """Called with the lock held before each run: a paused session resumes first."""
+        self.on_discard: Callable[[], None] | None = None
+        """Called when this interpreter is killed (slot 0's kill ends the others too)."""
 
     def check_open(self) -> None:
         if self.closed:
@@ -126,7 +133,7 @@ class _Interpreter:
         self, job: Job, code: str, inputs: Sequence[Input], evidence: Evidence
     ) -> ExecutionResult:
         if self.worker is None:
-            self.worker = await self.holder.start_interpreter()
+            self.worker = await self.holder.start_interpreter(self.slot)
         job.restarted = self.restart_note
         job.counts_cpu = False  # the session's cgroup counts all of its CPU, runs or not
         self.restart_note = False
@@ -164,7 +171,7 @@ class _Interpreter:
                 # Only a run that began takes the signal: one that lands while the
                 # interpreter is idle or reading its request is ignored there.
                 await worker.wait_started()
-                await self.holder.interrupt_interpreter()
+                await self.holder.interrupt_interpreter(self.slot)
                 await worker.settle(job.capture.stdout, job.capture.stderr)
             except WorkerError:
                 return False
@@ -176,9 +183,33 @@ class _Interpreter:
             worker, self.worker = self.worker, None
             if worker is not None:
                 with contextlib.suppress(WorkerError):
-                    await self.holder.kill_interpreter()
+                    await self.holder.kill_interpreter(self.slot)
                 worker.close()
             self.restart_note = True
+            if self.on_discard is not None:
+                self.on_discard()
+
+    def forget(self) -> None:
+        """Its process is gone already (its holder's other kill, a new holder): the next
+        run starts a fresh one and says the interpreter was restarted."""
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+            self.restart_note = True
+
+    async def retire(self) -> None:
+        """End an interpreter beside the session's own: a run in it is stopped as by a close,
+        the process killed with what it left in its group."""
+        self.closed = True
+        self.closing_event.set()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_GRACE):
+            async with self.lock:
+                pass
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            with contextlib.suppress(WorkerError):
+                await self.holder.kill_interpreter(self.slot)
+            worker.close()
 
     def stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
         outcome, what = stop_message(job)
@@ -275,6 +306,9 @@ class Session:
         self._disk_bytes = disk_bytes
         self._interpreter = _Interpreter(runs, session_id, holder or NoHolder())
         self._interpreter.wake = self._wake
+        self._interpreter.on_discard = self._forget_beside
+        self._beside: dict[str, _Interpreter] = {}
+        """Interpreters beside its own, by name (``run(interpreter=...)``)."""
         self._data_fd = -1
         self._files: SessionFiles | None = None
         self._inbound: Inbound | None = None
@@ -298,6 +332,9 @@ class Session:
 
     def _bind(self, holder: HolderLike) -> None:
         self._interpreter.holder = holder
+        for beside in self._beside.values():
+            beside.holder = holder
+            beside.forget()
         if self._inbound is not None:  # it reached into the holder before
             self._inbound.close()
             self._inbound = None
@@ -334,8 +371,43 @@ class Session:
 
     @property
     def busy(self) -> bool:
-        """A run holds or waits for the interpreter."""
-        return self._interpreter.lock.locked()
+        """A run holds or waits for one of its interpreters."""
+        return any(i.lock.locked() for i in (self._interpreter, *self._beside.values()))
+
+    def _forget_beside(self) -> None:
+        # Its own interpreter's kill ended every process of the session but the holder.
+        for beside in self._beside.values():
+            if not beside.lock.locked():  # a run in one finds out for itself
+                beside.forget()
+
+    def _beside_named(self, name: str) -> _Interpreter:
+        """The interpreter ``name`` beside the session's own, made on first use.
+
+        Raises:
+            ValueError: the session holds its maximum of interpreters already.
+        """
+        beside = self._beside.get(name)
+        if beside is not None:
+            return beside
+        taken = {i.slot for i in self._beside.values()}
+        free = next((n for n in range(1, MAX_INTERPRETERS) if n not in taken), None)
+        if free is None:
+            raise ValueError(f"a session runs at most {MAX_INTERPRETERS} interpreters")
+        beside = _Interpreter(self._runs, self.id, self._interpreter.holder, free)
+        beside.wake = self._wake_beside
+        self._beside[name] = beside
+        return beside
+
+    async def _wake_beside(self) -> None:
+        if self.pause_state.paused is not None:  # the session's own lock, for its resume
+            await self.resume()
+
+    async def close_interpreter(self, name: str) -> None:
+        """End the interpreter ``name`` beside the session's own (a run in it is stopped);
+        the next run of that name starts a fresh one. Nothing if there is none."""
+        beside = self._beside.pop(name, None)
+        if beside is not None:
+            await beside.retire()
 
     @property
     def network(self) -> SandboxNetwork:
@@ -375,7 +447,7 @@ class Session:
         holder = self._interpreter.holder
         if holder.cgroup is None or self.closed:
             return 0
-        ours = 1 + (1 if holder.interpreter_alive else 0)
+        ours = 1 + holder.running_interpreters()
         return max(len(holder.cgroup.processes()) - ours, 0)
 
     def _use(self) -> None:
@@ -418,8 +490,16 @@ class Session:
         tenant: str = "",
         cwd: str | None = None,
         keep_state: bool = False,
+        interpreter: str = "",
     ) -> ExecutionResult:
         """Run ``code`` in this session's interpreter; state persists between runs.
+
+        ``interpreter`` names one beside the session's own ("" that one), made on first use,
+        with state of its own: runs in different interpreters of a session go side by side
+        (E2B's code contexts). They share the session's files, processes and walls; a
+        restart of the session's own interpreter ends every one of them (each starts afresh,
+        and its next result says it was restarted), a restart of another ends only it. A
+        full pause to disk keeps the session's own interpreter's globals only.
 
         The result lists the files the run created or changed in the session's folder.
         ``on_output`` receives output while the code runs, as for ``Engine.run``; ``tenant``
@@ -448,7 +528,8 @@ class Session:
                 tenant=tenant,
                 cwd=cwd,
             )
-            return await self._runs.run(_Run(self._interpreter, keep_state), code, options)
+            target = self._beside_named(interpreter) if interpreter else self._interpreter
+            return await self._runs.run(_Run(target, keep_state), code, options)
         finally:
             self.touch()
 
@@ -609,7 +690,7 @@ class Session:
             SessionClosed: the session was closed.
             SnapshotError: its state could not be written (it keeps running).
         """
-        async with self._interpreter.lock:
+        async with self._every_interpreter():
             self._interpreter.check_open()
             state = self.pause_state
             if state.paused is not None and not (to_disk and state.frozen):
@@ -623,6 +704,14 @@ class Session:
             kept = await self._to_disk(mode)
             logger.info("session %s paused to disk (%s)", self.id, kept)
             return kept
+
+    @contextlib.asynccontextmanager
+    async def _every_interpreter(self) -> AsyncIterator[None]:
+        """Hold every interpreter's lock: the runs in progress finish first."""
+        async with contextlib.AsyncExitStack() as stack:
+            for interpreter in (self._interpreter, *self._beside.values()):
+                await stack.enter_async_context(interpreter.lock)
+            yield
 
     async def _freeze(self, cgroup: SandboxCgroup) -> None:
         """Freeze it where it is, with its files on disk; thawed again, running as before,
@@ -712,6 +801,9 @@ class Session:
             interpreter.worker = None
         interpreter.holder.close()
         interpreter.holder = NoHolder()
+        for beside in self._beside.values():
+            beside.forget()
+            beside.holder = interpreter.holder
         with contextlib.suppress(OSError):
             os.close(self._data_fd)
         self._data_fd, self._files = -1, None
@@ -839,7 +931,15 @@ class Session:
             self._inbound.close()
         for scope in list(self._background):
             scope.cancel()
-        await self._interpreter.close()
+        for beside in self._beside.values():
+            beside.closed = True
+            beside.closing_event.set()
+        await self._interpreter.close()  # its holder's end is theirs
+        for beside in self._beside.values():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_GRACE):
+                async with beside.lock:
+                    pass
+            beside.forget()
         with contextlib.suppress(OSError):
             os.close(self._data_fd)
         self._on_close(self.id)

@@ -22,6 +22,7 @@ from corral import _public
 
 if typing.TYPE_CHECKING:
     from corral.sandbox._control_protocol import (
+        MAX_INTERPRETERS,
         TEMPLATE_LAYER,
         WHEELHOUSE,
         SandboxFiles,
@@ -66,6 +67,7 @@ if typing.TYPE_CHECKING:
 _EXPORTS = {
     "DEFAULT_PRELOAD": "corral.sandbox.host._launch",
     "DENIED_SYSCALLS": "corral.sandbox.inside._seccomp",
+    "MAX_INTERPRETERS": "corral.sandbox._control_protocol",
     "MAX_REPORTED_PATH": "corral.sandbox._protocol",
     "SECCOMP_POLICY": "corral.sandbox.inside._seccomp",
     "CaseServer": "corral.sandbox.host._cases",
@@ -113,6 +115,7 @@ _EXPORTS = {
 __all__ = [
     "DEFAULT_PRELOAD",
     "DENIED_SYSCALLS",
+    "MAX_INTERPRETERS",
     "MAX_REPORTED_PATH",
     "SECCOMP_POLICY",
     "TEMPLATE_LAYER",

@@ -41,6 +41,7 @@ from typing import Any, ClassVar, TypeVar
 __all__ = [
     "MAX_COMMAND_ARGS",
     "MAX_COMMAND_ENV",
+    "MAX_INTERPRETERS",
     "NO_FILES",
     "TEMPLATE_LAYER",
     "WHEELHOUSE",
@@ -72,6 +73,9 @@ __all__ = [
     "worker_cgroup_name",
 ]
 
+MAX_INTERPRETERS = 16
+"""Interpreters a session holder keeps at once: its own and those beside it (E2B's
+contexts)."""
 MAX_COMMAND_ARGS = 4096
 """Arguments of one command (``Exec``)."""
 MAX_COMMAND_ENV = 4096
@@ -296,26 +300,46 @@ class Synced:
     n: int
 
 
-@dataclass(frozen=True, slots=True)
+def _check_slot(slot: int) -> None:
+    if not 0 <= slot < MAX_INTERPRETERS:
+        raise _Invalid(f"an interpreter's slot is 0 to {MAX_INTERPRETERS - 1}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StartInterpreter:
-    """Fork a fresh interpreter; its protocol socket, stdout and stderr come along."""
+    """Fork a fresh interpreter in ``slot``; its protocol socket, stdout and stderr come
+    along. Slot 0 is the session's own; the others run beside it (E2B's code contexts)."""
 
     KIND: ClassVar[str] = "start"
+    slot: int = 0
+
+    def __post_init__(self) -> None:
+        _check_slot(self.slot)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Interrupt:
-    """SIGINT to the interpreter; answered with ``Interrupted`` of the same number."""
+    """SIGINT to the interpreter in ``slot``; answered with ``Interrupted`` of the same
+    number."""
 
     KIND: ClassVar[str] = "interrupt"
     n: int
+    slot: int = 0
+
+    def __post_init__(self) -> None:
+        _check_slot(self.slot)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class KillInterpreter:
-    """Kill every process of the session but the holder."""
+    """Slot 0: kill every process of the session but the holder. Another slot: kill that
+    interpreter and its process group (what it started and left in it)."""
 
     KIND: ClassVar[str] = "kill"
+    slot: int = 0
+
+    def __post_init__(self) -> None:
+        _check_slot(self.slot)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -356,9 +380,10 @@ class HolderReady:
     KIND: ClassVar[str] = "ready"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InterpreterStarted:
     KIND: ClassVar[str] = "started"
+    slot: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -369,10 +394,12 @@ class Interrupted:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InterpreterExited:
-    """The interpreter is gone, and every process it left with it."""
+    """The interpreter in ``slot`` is gone, and what it left with it (slot 0: every process
+    of the session but the holder)."""
 
     KIND: ClassVar[str] = "exited"
     code: int
+    slot: int = 0
 
 
 ControlMessage = (

@@ -311,7 +311,7 @@ def _forked(main: types.ModuleType) -> types.ModuleType:
 
 
 class InProcessHolder:
-    """A twin session: a temporary data folder and one interpreter task at a time."""
+    """A twin session: a temporary data folder and an interpreter task per slot."""
 
     def __init__(self, tg: anyio.abc.TaskGroup, handler: Handler) -> None:
         self.pid = next(_PIDS)
@@ -320,9 +320,15 @@ class InProcessHolder:
         os.chown(self._dir, TWIN_UID, TWIN_UID)  # the engine writes as the sandbox's uid
         self.outer_id = TWIN_UID
         self.cgroup: SandboxCgroup | None = None
-        self._worker: Worker | None = None
-        self.interpreter_alive = False
+        self._workers: dict[int, Worker] = {}
         self.closed = False
+
+    @property
+    def interpreter_alive(self) -> bool:
+        return 0 in self._workers
+
+    def running_interpreters(self) -> int:
+        return len(self._workers)
 
     @property
     def pidfd(self) -> int | None:
@@ -334,11 +340,10 @@ class InProcessHolder:
     def open_data_dir(self) -> int:
         return os.open(self._dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
 
-    async def start_interpreter(self) -> Worker:
+    async def start_interpreter(self, slot: int = 0) -> Worker:
         if self.closed:
             raise ZygoteUnavailable("the session holder is closed")
-        worker = self._worker = _start_worker(self._tg, self._handler, self._dir)
-        self.interpreter_alive = True
+        worker = self._workers[slot] = _start_worker(self._tg, self._handler, self._dir)
         try:
             await worker.wait_ready()
         except BaseException:  # cancelled as it started (its session closed): nobody has it
@@ -358,19 +363,20 @@ class InProcessHolder:
     ) -> Command:
         raise WorkerCrashed("the in-process twin runs no commands (they need a real sandbox)")
 
-    async def interrupt_interpreter(self) -> None:
-        if self._worker is not None:
-            self._worker.interrupt()
+    async def interrupt_interpreter(self, slot: int = 0) -> None:
+        if slot in self._workers:
+            self._workers[slot].interrupt()
 
-    async def kill_interpreter(self) -> None:
-        if self._worker is not None:
-            self._worker.kill()
-        self.interpreter_alive = False
+    async def kill_interpreter(self, slot: int = 0) -> None:
+        for killed in list(self._workers) if slot == 0 else [slot]:
+            worker = self._workers.pop(killed, None)
+            if worker is not None:
+                worker.kill()
 
     def kill(self) -> None:
-        if self._worker is not None:
-            self._worker.kill()
-        self.interpreter_alive = False
+        for worker in self._workers.values():
+            worker.kill()
+        self._workers.clear()
 
     def close(self) -> None:
         if not self.closed:

@@ -37,8 +37,14 @@ class HolderLike(Protocol):
     outer_id: int
     """The host uid and gid the session's files are written as."""
     cgroup: SandboxCgroup | None
-    interpreter_alive: bool
     closed: bool
+
+    @property
+    def interpreter_alive(self) -> bool:
+        """Whether the session's own interpreter (slot 0) runs."""
+
+    def running_interpreters(self) -> int:
+        """Its interpreters now: its own and those beside it (E2B's contexts)."""
 
     @property
     def pidfd(self) -> int | None:
@@ -49,7 +55,8 @@ class HolderLike(Protocol):
     def open_data_dir(self) -> int:
         """An O_PATH descriptor of the session's folder, opened before any user code."""
 
-    async def start_interpreter(self) -> Worker: ...
+    async def start_interpreter(self, slot: int = 0) -> Worker:
+        """Slot 0: the session's own interpreter; another runs beside it."""
 
     async def start_command(
         self,
@@ -61,9 +68,11 @@ class HolderLike(Protocol):
         cpu_seconds: int,
     ) -> Command: ...
 
-    async def interrupt_interpreter(self) -> None: ...
+    async def interrupt_interpreter(self, slot: int = 0) -> None: ...
 
-    async def kill_interpreter(self) -> None: ...
+    async def kill_interpreter(self, slot: int = 0) -> None:
+        """Slot 0 kills every process of the session but the holder; another slot, that
+        interpreter and what it left in its process group."""
 
     def kill(self) -> None: ...
 

@@ -1,11 +1,17 @@
-"""The engine's handle on a session holder and on its current interpreter."""
+"""The engine's handle on a session holder and on its interpreters (its own, slot 0, and
+those beside it: E2B's code contexts).
+
+Calls for different slots may wait on the holder at once: one of them reads the control
+socket at a time and notes what every message says, so none is read by the wrong waiter."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
+from collections.abc import Callable
 
 import anyio
 
@@ -58,12 +64,51 @@ class Holder:
         self._ctl = ctl
         self._out = out_fd
         self._err = err_fd
-        self.interpreter_alive = False
+        self.alive: set[int] = set()
+        """Slots whose interpreter runs, as far as the holder has said."""
         self.closed = False
         self.cgroup: SandboxCgroup | None = None
         """The session's cgroups (all its processes), when in force."""
         self._interrupts = 0
+        self._reading = anyio.Lock()
+        self._ready = False
+        self._started: set[int] = set()
+        self._exits: dict[int, int] = {}
+        """Exits heard of per slot since its last start (a waiter counts from its own)."""
+        self._answered: set[int] = set()
         ctl.setblocking(False)
+
+    @property
+    def interpreter_alive(self) -> bool:
+        """Whether the session's own interpreter (slot 0) runs."""
+        return 0 in self.alive
+
+    def running_interpreters(self) -> int:
+        return len(self.alive)
+
+    async def _until(self, done: Callable[[], bool]) -> None:
+        """Read the holder's messages until ``done()`` (whoever reads notes each one).
+
+        Raises:
+            WorkerCrashed: the holder died, sent nonsense or did not answer in time.
+        """
+        while not done():
+            async with self._reading:
+                if done():
+                    return
+                self._note(await self._next())
+
+    def _note(self, message: _HolderMessage) -> None:
+        if isinstance(message, HolderReady):
+            self._ready = True
+        elif isinstance(message, InterpreterStarted):
+            self._started.add(message.slot)
+            self.alive.add(message.slot)
+        elif isinstance(message, Interrupted):
+            self._answered.add(message.n)
+        else:
+            self.alive.discard(message.slot)
+            self._exits[message.slot] = self._exits.get(message.slot, 0) + 1
 
     async def _next(self) -> _HolderMessage:
         with anyio.move_on_after(_CONTROL_TIMEOUT):
@@ -74,8 +119,6 @@ class Holder:
             message = decode(packet, *_HOLDER_MESSAGES)
             if message is None:
                 raise WorkerCrashed("the session holder sent a malformed message")
-            if isinstance(message, InterpreterExited):
-                self.interpreter_alive = False
             return message
         raise WorkerCrashed("the session holder did not answer")
 
@@ -89,10 +132,6 @@ class Holder:
         except OSError:
             return ""
 
-    async def _expect(self, kind: type[_HolderMessage]) -> None:
-        while not isinstance(await self._next(), kind):
-            pass
-
     @property
     def pidfd(self) -> int | None:
         """The holder's pidfd: its namespaces are the session's (None once closed)."""
@@ -100,7 +139,7 @@ class Holder:
 
     async def wait_ready(self) -> None:
         """Raises: WorkerCrashed when the holder failed to set up."""
-        await self._expect(HolderReady)
+        await self._until(lambda: self._ready)
 
     def open_data_dir(self) -> int:
         """An O_PATH descriptor of the session's ``/mnt/data``, opened before any user code.
@@ -112,8 +151,8 @@ class Holder:
             os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
         )
 
-    async def start_interpreter(self) -> Worker:
-        """Fork a fresh interpreter and wait until it is ready.
+    async def start_interpreter(self, slot: int = 0) -> Worker:
+        """Fork a fresh interpreter in ``slot`` and wait until it is ready.
 
         Raises:
             WorkerCrashed: the holder or the new interpreter died.
@@ -123,8 +162,9 @@ class Holder:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        self._started.discard(slot)
         try:
-            await asend(self._ctl, StartInterpreter(), [theirs.fileno(), out_w, err_w])
+            await asend(self._ctl, StartInterpreter(slot=slot), [theirs.fileno(), out_w, err_w])
         except BaseException as exc:  # cancelled too: nobody else holds our ends
             ours.close()
             os.close(out_r)
@@ -143,12 +183,11 @@ class Holder:
             out_r,
             err_r,
             outer_id=self.outer_id,
-            signaller=self._signal_interpreter,
+            signaller=functools.partial(self._signal_interpreter, slot),
         )
         worker.cgroup = self.cgroup
         try:
-            await self._expect(InterpreterStarted)
-            self.interpreter_alive = True
+            await self._until(lambda: slot in self._started)
             await worker.wait_ready()
         except BaseException:
             worker.close()
@@ -207,9 +246,10 @@ class Holder:
         with contextlib.suppress(OSError, ValueError):  # ValueError: a signal it never takes
             self._tell(SignalCommand(pid=pid, signal=signum))
 
-    async def interrupt_interpreter(self) -> None:
-        """SIGINT to the interpreter; returns once the holder has sent it, so the signal is
-        pending there before the engine reads on (never left to land in a later run).
+    async def interrupt_interpreter(self, slot: int = 0) -> None:
+        """SIGINT to the interpreter in ``slot``; returns once the holder has sent it, so the
+        signal is pending there before the engine reads on (never left to land in a later
+        run).
 
         Raises:
             WorkerCrashed: the holder is gone or did not answer.
@@ -217,27 +257,30 @@ class Holder:
         self._interrupts += 1
         number = self._interrupts
         try:
-            self._tell(Interrupt(n=number))
+            self._tell(Interrupt(n=number, slot=slot))
         except OSError as exc:
             raise WorkerCrashed(f"the session holder is gone: {exc}") from exc
-        while True:
-            message = await self._next()
-            if isinstance(message, Interrupted) and message.n == number:
-                return
+        await self._until(lambda: number in self._answered)
+        self._answered.discard(number)
 
-    def _signal_interpreter(self, signum: int) -> None:
-        self._interrupts += signum == signal.SIGINT
-        message = Interrupt(n=self._interrupts) if signum == signal.SIGINT else KillInterpreter()
+    def _signal_interpreter(self, slot: int, signum: int) -> None:
+        if signum == signal.SIGINT:
+            self._interrupts += 1
+            message: ControlMessage = Interrupt(n=self._interrupts, slot=slot)
+        else:
+            message = KillInterpreter(slot=slot)
         # If the holder is gone, every interpreter process went with it.
         with contextlib.suppress(OSError):
             self._tell(message)
 
-    async def kill_interpreter(self) -> None:
-        """Kill the interpreter and every process it started; files stay."""
-        if not self.interpreter_alive:
+    async def kill_interpreter(self, slot: int = 0) -> None:
+        """Kill the interpreter in ``slot`` and what it started (slot 0: every process of
+        the session but the holder); files stay."""
+        if slot not in self.alive:
             return
-        self._signal_interpreter(signal.SIGKILL)
-        await self._expect(InterpreterExited)
+        exits = self._exits.get(slot, 0)
+        self._signal_interpreter(slot, signal.SIGKILL)
+        await self._until(lambda: self._exits.get(slot, 0) > exits)
 
     def kill(self) -> None:
         """SIGKILL the holder, and with it every process of the session; fds stay open."""

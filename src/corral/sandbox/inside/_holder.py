@@ -1,8 +1,11 @@
 """A session's holder: init of the session's namespaces, keeper of its files.
 
-The holder owns the session's tmpfs (``/mnt/data``, sized to the disk quota) and forks one
-interpreter at a time on request. Restarting the interpreter kills every process in the
-namespace but the holder, so variables and stray processes go while files stay. User code
+The holder owns the session's tmpfs (``/mnt/data``, sized to the disk quota) and forks
+interpreters on request: the session's own (slot 0) and up to ``MAX_INTERPRETERS - 1`` beside
+it (E2B's code contexts, which run side by side). Restarting the session's own interpreter
+kills every process in the namespace but the holder, so variables and stray processes go while
+files stay; one beside it is its own process group, killed with what it left in that group
+(what left the group dies with the session, bounded by its cgroup all along). User code
 runs only in interpreters, which drop every privilege on their first request; the holder
 keeps its capabilities and is not dumpable, so an interpreter can neither signal it (init
 ignores signals it has no handler for), trace it nor read its memory.
@@ -53,11 +56,15 @@ def _kill_everyone_else(commands: Commands) -> None:
         commands.reaped(pid, status)
 
 
-def _start_interpreter(fds: list[int], cwd: str, seccomp_bpf: bytes, static: StaticLimits) -> int:
+def _start_interpreter(
+    fds: list[int], cwd: str, seccomp_bpf: bytes, static: StaticLimits, *, group: bool
+) -> int:
     pid = os.fork()
     if pid == 0:
 
         def interpreter() -> None:
+            if group:  # one beside the session's own: what it starts, it is killed with
+                os.setpgid(0, 0)
             signal.set_wakeup_fd(-1)
             os.dup2(fds[1], 1)
             os.dup2(fds[2], 2)
@@ -70,6 +77,9 @@ def _start_interpreter(fds: list[int], cwd: str, seccomp_bpf: bytes, static: Sta
             )
 
         run_then_exit("interpreter", interpreter)
+    if group:  # as the child does: whichever runs first, no kill of the group misses it
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
     for fd in fds:
         os.close(fd)
     return pid
@@ -99,8 +109,7 @@ def holder_main(
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     send(control, HolderReady())
-    interpreter: int | None = None
-    commands = Commands(seccomp_bpf, static)
+    interpreters = _Interpreters(control, Commands(seccomp_bpf, static))
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ)
     selector.register(wake_read, selectors.EVENT_READ)
@@ -114,24 +123,25 @@ def holder_main(
                     packet, StartInterpreter, Interrupt, Exec, SignalCommand, KillInterpreter
                 )
                 if isinstance(message, StartInterpreter):
-                    if interpreter is None and len(fds) == _INTERPRETER_FDS:
-                        interpreter = _start_interpreter(fds, cwd, seccomp_bpf, static)
-                        send(control, InterpreterStarted())
+                    slot = message.slot
+                    if slot not in interpreters.pids and len(fds) == _INTERPRETER_FDS:
+                        interpreters.pids[slot] = _start_interpreter(
+                            fds, cwd, seccomp_bpf, static, group=slot != 0
+                        )
+                        send(control, InterpreterStarted(slot=slot))
                         continue
                 elif isinstance(message, Interrupt):
-                    if interpreter is not None:
-                        os.kill(interpreter, signal.SIGINT)
+                    pid = interpreters.pids.get(message.slot)
+                    if pid is not None:
+                        os.kill(pid, signal.SIGINT)
                     send(control, Interrupted(n=message.n))  # the engine waits for it
                 elif isinstance(message, Exec):
-                    commands.start(message, fds, cwd)
+                    interpreters.commands.start(message, fds, cwd)
                     continue
                 elif isinstance(message, SignalCommand):
-                    commands.signal(message)
+                    interpreters.commands.signal(message)
                 elif isinstance(message, KillInterpreter):
-                    _kill_everyone_else(commands)
-                    if interpreter is not None:
-                        interpreter = None
-                        send(control, InterpreterExited(code=-signal.SIGKILL))
+                    interpreters.kill(message.slot)
                 Descriptors(fds).close()
                 continue
             try:
@@ -139,16 +149,58 @@ def holder_main(
                     pass
             except BlockingIOError:
                 pass
-            while True:
-                try:
-                    pid, code = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if pid == 0:
-                    break
-                if commands.reaped(pid, code):
-                    continue
-                if pid == interpreter:
-                    interpreter = None
-                    _kill_everyone_else(commands)
-                    send(control, InterpreterExited(code=os.waitstatus_to_exitcode(code)))
+            interpreters.reap()
+
+
+class _Interpreters:
+    """The holder's interpreters by slot, and its commands: who is killed with whom."""
+
+    def __init__(self, control: socket.socket, commands: Commands) -> None:
+        self._control = control
+        self.commands = commands
+        self.pids: dict[int, int] = {}
+
+    def kill(self, slot: int) -> None:
+        """Kill the interpreter of ``slot`` (slot 0: everyone) and say so; silent for a
+        slot that runs none (its exit was said when it was reaped)."""
+        if slot == 0:
+            _kill_everyone_else(self.commands)
+            self._exited(sorted(self.pids), -signal.SIGKILL)
+            return
+        pid = self.pids.get(slot)
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        # Its slot is free at once; it is reaped, unheard of, once it is gone.
+        self._exited([slot], -signal.SIGKILL)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, code = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if self.commands.reaped(pid, code):
+                continue
+            slot = next((s for s, p in self.pids.items() if p == pid), None)
+            if slot == 0:
+                self.pids.pop(0)
+                _kill_everyone_else(self.commands)
+                self._send_exit(0, os.waitstatus_to_exitcode(code))
+                self._exited(sorted(self.pids), -signal.SIGKILL)
+            elif slot is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)  # what it left in its group
+                self.pids.pop(slot)
+                self._send_exit(slot, os.waitstatus_to_exitcode(code))
+
+    def _exited(self, slots: list[int], code: int) -> None:
+        for slot in slots:
+            self.pids.pop(slot, None)
+            self._send_exit(slot, code)
+
+    def _send_exit(self, slot: int, code: int) -> None:
+        send(self._control, InterpreterExited(code=code, slot=slot))

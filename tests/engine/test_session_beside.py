@@ -1,0 +1,101 @@
+"""Interpreters beside a session's own (``Session.run(interpreter=...)``): state of their own,
+runs side by side, the session's files shared, and who a restart or a pause ends."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from corral._limits import Limits
+from corral.engine import Engine
+
+pytestmark = pytest.mark.anyio
+
+_WAIT_FOR = """
+import os, time
+open({mine!r}, 'w').close()
+for _ in range(4000):  # bounded: 20 s
+    if os.path.exists({theirs!r}):
+        break
+    time.sleep(0.005)
+os.path.exists({theirs!r})
+"""
+"""Each run says it is here, then waits for the other to say so: both come back True only
+if neither waited for the other to end first."""
+
+
+async def test_runs_in_two_interpreters_of_one_session_go_side_by_side(
+    real_engine: Engine,
+) -> None:
+    async with await real_engine.open_session() as session:
+        results: dict[str, str | None] = {}
+
+        async def run(name: str, mine: str, theirs: str) -> None:
+            result = await session.run(_WAIT_FOR.format(mine=mine, theirs=theirs), interpreter=name)
+            results[name] = result.text
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "", "/mnt/data/own", "/mnt/data/beside")
+            tg.start_soon(run, "other", "/mnt/data/beside", "/mnt/data/own")
+        assert results == {"": "True", "other": "True"}
+
+
+async def test_each_interpreter_has_its_own_state_and_the_sessions_files(
+    real_engine: Engine,
+) -> None:
+    async with await real_engine.open_session() as session:
+        assert (await session.run("x = 1\nopen('shared.txt', 'w').write('own')")).ok
+        assert (await session.run("x = 2", interpreter="b")).ok
+        beside = await session.run("x, open('shared.txt').read()", interpreter="b")
+        assert beside.text == "(2, 'own')"
+        assert (await session.run("x")).text == "1"
+        pids = await session.run("import os; os.getpid()")
+        other = await session.run("import os; os.getpid()", interpreter="b")
+        assert pids.text != other.text
+
+
+async def test_closing_one_beside_ends_only_it(real_engine: Engine) -> None:
+    async with await real_engine.open_session() as session:
+        assert (await session.run("x = 'own'")).ok
+        assert (await session.run("x = 'beside'", interpreter="b")).ok
+        await session.close_interpreter("b")
+        fresh = await session.run("'x' in dir()", interpreter="b")
+        assert fresh.text == "False"
+        assert (await session.run("x")).text == "'own'"
+
+
+async def test_a_restart_of_the_sessions_own_interpreter_ends_the_others_too(
+    real_engine: Engine,
+) -> None:
+    async with await real_engine.open_session() as session:
+        assert (await session.run("x = 'beside'", interpreter="b")).ok
+        stopped = await session.run("while True: pass", limits=Limits(timeout=0.5))
+        assert (stopped.outcome, stopped.restarted) == ("timeout", True)
+        after = await session.run("'x' in dir()", interpreter="b")
+        assert (after.ok, after.restarted, after.text) == (True, True, "False")
+
+
+async def test_a_deadline_beside_restarts_only_that_interpreter(real_engine: Engine) -> None:
+    async with await real_engine.open_session() as session:
+        assert (await session.run("x = 'own'")).ok
+        stopped = await session.run("while True: pass", limits=Limits(timeout=0.5), interpreter="b")
+        assert (stopped.outcome, stopped.restarted) == ("timeout", True)
+        assert (await session.run("x")).text == "'own'"
+        assert (await session.run("1 + 1", interpreter="b")).text == "2"
+
+
+async def test_a_full_pause_freezes_them_all_and_resume_thaws_them(real_engine: Engine) -> None:
+    async with await real_engine.open_session() as session:
+        assert (await session.run("x = 'beside'", interpreter="b")).ok
+        await session.pause("full")
+        assert session.paused is not None
+        woken = await session.run("x", interpreter="b")  # a run beside wakes it too
+        assert (woken.text, session.paused) == ("'beside'", None)
+
+
+async def test_a_session_runs_at_most_its_interpreters(engine: Engine) -> None:
+    async with await engine.open_session() as session:
+        for index in range(1, 16):
+            assert (await session.run("1", interpreter=f"n{index}")).ok
+        with pytest.raises(ValueError, match="at most 16 interpreters"):
+            await session.run("1", interpreter="one-too-many")
