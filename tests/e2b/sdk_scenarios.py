@@ -769,6 +769,48 @@ def sandboxes_waiting_at_once() -> dict[str, Any]:
             sbx.kill()
 
 
+_WAITS_FOR_THE_OTHER = """
+import os, time
+open({mine!r}, "w").close()
+for _ in range(400):  # a bounded wait for the other context's mark (20 s)
+    if os.path.exists({theirs!r}):
+        break
+    time.sleep(0.05)
+os.path.exists({theirs!r}), os.environ.get("WHO"), os.getcwd()
+"""
+
+
+@scenario
+def contexts_at_once() -> dict[str, Any]:
+    """Two contexts of one sandbox, each marking that it runs and waiting for the other's
+    mark: both see it only if they run side by side (each with its own env_vars and cwd)."""
+    with Sandbox.create() as sbx:
+        sbx.files.make_dir("/home/user/sub")
+        other = sbx.create_code_context(cwd="/home/user/sub")
+        answers: dict[str, Any] = {}
+
+        def run(name: str, context: Any, mine: str, theirs: str) -> None:
+            code = _WAITS_FOR_THE_OTHER.format(mine=mine, theirs=theirs)
+            answers[name] = sbx.run_code(code, context=context, envs={"WHO": name}).text
+
+        threads = [
+            threading.Thread(target=run, args=("default", None, "/tmp/a", "/tmp/b")),
+            threading.Thread(target=run, args=("other", other, "/tmp/b", "/tmp/a")),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=WAIT_S * 2)
+        sbx.run_code("x = 'default'")
+        sbx.run_code("x = 'other'", context=other)
+        return {
+            **answers,
+            "default_x": sbx.run_code("x").text,
+            "other_x": sbx.run_code("x", context=other).text,
+            "env_after": sbx.run_code("import os; 'WHO' in os.environ", context=other).text,
+        }
+
+
 _SITE = "/home/user/site"
 _TOKEN = "e2b-traffic-access-token"
 _WS_SERVER = """

@@ -191,6 +191,14 @@ def test_contexts_are_separate_states(sdk: dict[str, Any]) -> None:
     assert seen["removed"] is True
 
 
+def test_two_contexts_run_side_by_side(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "contexts_at_once")
+    assert seen["default"] == "(True, 'default', '/home/user')"
+    assert seen["other"] == "(True, 'other', '/home/user/sub')"
+    assert (seen["default_x"], seen["other_x"]) == ("'default'", "'other'")
+    assert seen["env_after"] == "False"  # a run's envs are that run's only
+
+
 def test_wrong_key_template_and_another_keys_sandbox_are_refused(sdk: dict[str, Any]) -> None:
     seen = ok(sdk, "refusals")
     assert seen["wrong_key"] == "AuthenticationException"

@@ -87,10 +87,12 @@ async def test_a_deadline_beside_restarts_only_that_interpreter(real_engine: Eng
 async def test_a_full_pause_freezes_them_all_and_resume_thaws_them(real_engine: Engine) -> None:
     async with await real_engine.open_session() as session:
         assert (await session.run("x = 'beside'", interpreter="b")).ok
-        await session.pause("full")
-        assert session.paused is not None
+        assert await session.pause("full") == "full"
+        if not session.pause_state.frozen:
+            pytest.skip("no cgroup freezer here: a full pause goes to disk")
         woken = await session.run("x", interpreter="b")  # a run beside wakes it too
-        assert (woken.text, session.paused) == ("'beside'", None)
+        assert woken.text == "'beside'"
+        assert session.paused is None
 
 
 async def test_a_session_runs_at_most_its_interpreters(engine: Engine) -> None:

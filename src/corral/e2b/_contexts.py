@@ -1,13 +1,16 @@
-"""Code contexts: separate interpreter states in one sandbox's interpreter.
+"""Code contexts: separate interpreter states in one sandbox, running side by side.
 
-E2B's code interpreter keeps one kernel per context. corral's session has one interpreter, so
-a context is a namespace of it: before a run in another context than the last one, a short
-preparation cell swaps ``__main__``'s globals for that context's (and its working folder), and
-the same cell applies the sandbox's ``envVars`` once per interpreter and a run's own
-``env_vars`` for that run only. The helper lives in a module of the interpreter, not in any
-context's globals. Contexts are no security boundary, only separate states, as in E2B. A
-deadline or a closed connection interrupts the run and keeps every context; when the
-interpreter restarts (code that ignored the interrupt, a crash), every context starts afresh.
+E2B's code interpreter keeps one kernel per context. In corral the default context is the
+session's own interpreter and every other context an interpreter beside it
+(``Session.run(interpreter=...)``), so runs in different contexts go side by side and share
+the sandbox's files, processes and walls. Before a context's first run, and around a run with
+``env_vars`` of its own, a short preparation cell applies the sandbox's ``envVars`` (once per
+interpreter), the context's working folder and the run's ``env_vars`` (for that run only);
+restarting the default context empties its globals there. The helper lives in a module of the
+interpreter, not in any context's globals. Contexts are no security boundary, only separate
+states, as in E2B. A deadline or a closed connection interrupts the run and keeps the context;
+when a context's interpreter restarts (code that ignored the interrupt, a crash) that context
+starts afresh, and a restart of the default one ends every context.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import anyio
 
 __all__ = ["DEFAULT_CONTEXT", "HOME", "SANDBOX_USER", "Context", "Contexts"]
 
@@ -72,26 +77,42 @@ def enter(target, cwd, env, run_env, reset):
 
 
 @dataclass(slots=True)
+class _Prepared:
+    """What an interpreter has been told: ``fresh`` (nothing yet), the context it last ran,
+    whether the last run's ``env_vars`` must be undone, which contexts to empty."""
+
+    fresh: bool = True
+    current: str = DEFAULT_CONTEXT
+    temporary: bool = False
+    reset: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True, eq=False)
 class Context:
     id: str
     cwd: str
     executions: int = 0
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    """Held across a run and the preparation before it."""
+    prepared: _Prepared = field(default_factory=_Prepared)
+    """Its interpreter's (the default context's: the session's own)."""
+
+    @property
+    def interpreter(self) -> str:
+        """The session's interpreter it runs in ("" the session's own)."""
+        return "" if self.id == DEFAULT_CONTEXT else self.id
 
     def as_json(self) -> dict[str, str]:
         return {"id": self.id, "language": "python", "cwd": self.cwd}
 
 
 class Contexts:
-    """A sandbox's contexts, and what its interpreter must be told before the next run."""
+    """A sandbox's contexts, and what each one's interpreter must be told before its next run."""
 
     def __init__(self, env_vars: Mapping[str, str], cwd: str = HOME) -> None:
         """``cwd``: the default context's folder (a template's working folder)."""
         self._env_vars = dict(env_vars)
         self._by_id = {DEFAULT_CONTEXT: Context(DEFAULT_CONTEXT, cwd)}
-        self._fresh = True  # the interpreter has not been prepared yet
-        self._current = DEFAULT_CONTEXT
-        self._temporary = False  # the last run set env_vars that must be undone
-        self._reset: set[str] = set()
 
     def get(self, context_id: str) -> Context | None:
         return self._by_id.get(context_id)
@@ -99,35 +120,46 @@ class Contexts:
     def all(self) -> list[Context]:
         return list(self._by_id.values())
 
-    def create(self, cwd: str | None) -> Context | None:
-        """None when the sandbox holds its maximum of contexts."""
+    def new(self, cwd: str | None) -> Context | None:
+        """A context not yet listed (``add`` lists it); None when the sandbox holds its
+        maximum of contexts."""
         if len(self._by_id) >= _MAX_CONTEXTS:
             return None
-        context = Context(secrets.token_hex(8), cwd or HOME)
+        return Context(secrets.token_hex(8), cwd or HOME)
+
+    def add(self, context: Context) -> bool:
+        """List ``context``; False when the sandbox reached its maximum meanwhile."""
+        if len(self._by_id) >= _MAX_CONTEXTS:
+            return False
         self._by_id[context.id] = context
-        return context
+        return True
 
     def restart(self, context: Context) -> None:
+        """Its state starts afresh: the default one's globals are emptied before its next
+        run; another's interpreter the caller has ended already."""
         context.executions = 0
-        self._reset.add(context.id)
+        if context.id == DEFAULT_CONTEXT:
+            context.prepared.reset.add(context.id)
+        else:
+            context.prepared = _Prepared()
 
     def delete(self, context: Context) -> None:
         self._by_id.pop(context.id, None)
-        self._reset.add(context.id)
 
-    def interpreter_restarted(self) -> None:
-        """Every namespace is gone; the next run prepares a new interpreter."""
-        self._fresh = True
-        self._current = DEFAULT_CONTEXT
-        self._temporary = False
-        self._reset.clear()
-        for context in self._by_id.values():
-            context.executions = 0
+    def interpreter_restarted(self, context: Context | None = None) -> None:
+        """``context``'s interpreter is new (None, or the default: every interpreter is)."""
+        restarted = (
+            self._by_id.values() if context is None or context.id == DEFAULT_CONTEXT else [context]
+        )
+        for each in restarted:
+            each.prepared = _Prepared()
+            each.executions = 0
 
     def preparation(self, context: Context, run_env: Mapping[str, str]) -> str | None:
         """The cell to run before the code, or None when the interpreter is ready as it is."""
+        state = context.prepared
         if not (
-            self._fresh or context.id != self._current or run_env or self._temporary or self._reset
+            state.fresh or context.id != state.current or run_env or state.temporary or state.reset
         ):
             return None
         # Installed when missing, whatever the bookkeeping says: a restarted interpreter has
@@ -145,16 +177,13 @@ class Contexts:
             context.id,
             context.cwd,
             # As on E2B: code and commands alike see /home/user as their home.
-            {**_E2B_ENV, **self._env_vars} if self._fresh else None,
+            {**_E2B_ENV, **self._env_vars} if state.fresh else None,
             dict(run_env),
-            sorted(self._reset),
+            sorted(state.reset),
         ]
         encoded = json.dumps(json.dumps(args))
         call = f"__import__('__corral_e2b__').enter(*__import__('json').loads({encoded}))\n"
         return install + call + "None\n"
 
     def prepared(self, context: Context, run_env: Mapping[str, str]) -> None:
-        self._fresh = False
-        self._current = context.id
-        self._temporary = bool(run_env)
-        self._reset.clear()
+        context.prepared = _Prepared(fresh=False, current=context.id, temporary=bool(run_env))

@@ -125,12 +125,22 @@ class _Execution(Response):
     async def _run(self, cancel: anyio.Event, emit: Callable[[bytes], None]) -> list[bytes]:
         sandbox, context = self._sandbox, self._context
         session = sandbox.session
-        async with sandbox.run_lock:
+        # A lock per context: runs in other contexts go on beside this one.
+        async with context.lock:
             preparation = sandbox.contexts.preparation(context, self._run_env)
             if preparation is not None:
-                prepared = await session.run(preparation, cancel=cancel)
+                prepared = await session.run(
+                    preparation, cancel=cancel, interpreter=context.interpreter
+                )
+                if prepared.ok and prepared.restarted:  # a new interpreter: prepare it as one
+                    sandbox.contexts.interpreter_restarted(context)
+                    preparation = sandbox.contexts.preparation(context, self._run_env)
+                    assert preparation is not None  # a fresh interpreter always has one
+                    prepared = await session.run(
+                        preparation, cancel=cancel, interpreter=context.interpreter
+                    )
                 if not prepared.ok:
-                    sandbox.contexts.interpreter_restarted()
+                    sandbox.contexts.interpreter_restarted(context)
                     return [*_events.from_result(prepared, streamed=False), _events.end_event(0)]
                 sandbox.contexts.prepared(context, self._run_env)
             streamed = _events.StreamedOutput()
@@ -156,9 +166,10 @@ class _Execution(Response):
                 on_output=on_output,
                 cwd=context.cwd,
                 keep_state=True,
+                interpreter=context.interpreter,
             )
             if result.restarted:
-                sandbox.contexts.interpreter_restarted()
+                sandbox.contexts.interpreter_restarted(context)
             context.executions += 1
             return [
                 *streamed.finish(result),
@@ -167,27 +178,35 @@ class _Execution(Response):
             ]
 
 
-async def _is_folder(sandbox: Sandbox, path: str) -> bool:
-    """Whether ``path`` is a folder as the sandbox's code sees it (asked of its interpreter,
-    between runs: a context's cwd may be anywhere the code can reach)."""
-    async with sandbox.run_lock:
+async def _is_folder(sandbox: Sandbox, context: Context, path: str) -> bool:
+    """Whether ``path`` is a folder as the sandbox's code sees it, asked of the new
+    context's own interpreter (started by it, for its first run): a context's cwd may be
+    anywhere the code can reach."""
+    async with context.lock:
         # A statement, not an expression: the code's ``_`` stays its own.
-        result = await sandbox.session.run(f"print(__import__('os').path.isdir({path!r}))")
+        code = f"print(__import__('os').path.isdir({path!r}))"
+        result = await sandbox.session.run(code, interpreter=context.interpreter)
     return result.ok and result.stdout == "True\n"
+
+
+_FULL = "this sandbox holds its maximum of contexts"
 
 
 async def create_context(request: Request) -> Response:
     sandbox = service_of(request).sandbox_by_id(_sandbox_id(request))
     body: ContextBody = await read_body(request, ContextBody, max_bytes=_BODY_BYTES)
     _language(body.language)
-    if body.cwd is not None:
-        if not body.cwd.startswith("/") or "\0" in body.cwd:
-            fail(400, "cwd must be an absolute path")
-        if not await _is_folder(sandbox, body.cwd):
-            fail(400, f"cwd {body.cwd!r} is not a folder in the sandbox")
-    context = sandbox.contexts.create(body.cwd)
+    if body.cwd is not None and (not body.cwd.startswith("/") or "\0" in body.cwd):
+        fail(400, "cwd must be an absolute path")
+    context = sandbox.contexts.new(body.cwd)
     if context is None:
-        fail(429, "this sandbox holds its maximum of contexts")
+        fail(429, _FULL)
+    if body.cwd is not None and not await _is_folder(sandbox, context, body.cwd):
+        await sandbox.session.close_interpreter(context.interpreter)
+        fail(400, f"cwd {body.cwd!r} is not a folder in the sandbox")
+    if not sandbox.contexts.add(context):
+        await sandbox.session.close_interpreter(context.interpreter)
+        fail(429, _FULL)
     return json_response(context.as_json())
 
 
@@ -207,6 +226,8 @@ def _context_of(request: Request) -> tuple[Sandbox, Context]:
 
 async def restart_context(request: Request) -> Response:
     sandbox, context = _context_of(request)
+    if context.interpreter:
+        await sandbox.session.close_interpreter(context.interpreter)
     sandbox.contexts.restart(context)
     return Response(status_code=204)
 
@@ -216,6 +237,7 @@ async def delete_context(request: Request) -> Response:
     if context.id == "default":
         fail(400, "the default context cannot be deleted")
     sandbox.contexts.delete(context)
+    await sandbox.session.close_interpreter(context.interpreter)
     return Response(status_code=204)
 
 

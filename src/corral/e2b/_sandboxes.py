@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import anyio
-
 from corral.e2b import _lifecycle
 from corral.e2b._contexts import HOME, Contexts
 from corral.e2b._lifecycle import Lifecycle
@@ -88,8 +86,6 @@ class Sandbox:
     contexts: Contexts
     metrics: SandboxMetrics
     """Its CPU, memory and disk samples, for ``get_metrics``."""
-    run_lock: anyio.Lock = field(default_factory=anyio.Lock)
-    """Held across a context switch and the run it prepares."""
     commands: dict[int, Process] = field(default_factory=dict)
     """Its running processes by pid; each leaves when it ends (``_processes``)."""
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
