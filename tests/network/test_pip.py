@@ -1,5 +1,6 @@
 """pip inside real sandboxes: from the operator's index through the sandbox's network, from
-the wheelhouse with no network at all, and a clear failure when neither has the package.
+the wheelhouse with no network at all, and a clear failure when neither has the package; a
+template built online, its build reaching the index and nothing else.
 
 What pip installs goes to the sandbox's own prefix (``/work/.local``): importable in the
 same cell and the next, and gone with the session.
@@ -12,8 +13,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from corral._limits import Limits
-from corral.engine import Engine, PackageSources
+from corral.engine import BuildLog, Engine, PackageSources, build_network, build_template
+from corral.errors import TemplateBuildFailed
 from corral.network import Egress
+from corral.templates import Pip, Run, TemplateSpec, TemplateStore
 from tests.network.conftest import ceiling_for
 from tests.network.internet import Internet
 
@@ -116,3 +119,42 @@ async def test_without_a_network_the_index_is_not_reached(index_engine: Engine) 
     )
     assert result.stdout.splitlines()[0] == "1"
     assert "No matching distribution found for corral_test_pkg" in result.stdout
+
+
+@pytest.fixture(scope="module")
+async def template_engine(
+    internet: Internet, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Engine]:
+    """The stand-in's index and no wheelhouse: a template's pip must go online."""
+    packages = PackageSources(index_url="http://pypi.test/simple")
+    egress = Egress(ceiling_for(internet))
+    store = TemplateStore(tmp_path_factory.mktemp("online-templates"))
+    async with Engine(
+        capacity=2, limits=LIMITS, egress=egress, packages=packages, templates=store
+    ) as engine:
+        yield engine
+
+
+async def test_a_template_builds_online_from_the_index_and_reaches_nothing_else(
+    template_engine: Engine,
+) -> None:
+    network = build_network(template_engine, "pypi.test")
+    assert network.enabled
+    store = template_engine.templates.store
+    spec = TemplateSpec(steps=(Pip(("corral_test_pkg",)),))
+    log = BuildLog()
+    await build_template(template_engine, store, "online", spec, owner="", log=log, network=network)
+    result = await template_engine.run(IMPORT, template="online")
+    assert result.outcome == "ok", result.error
+    assert result.stdout.startswith("42 ")
+    # The build's network is the index's host alone: another host the ceiling allows is shut.
+    reach_out = "import urllib.request as u; u.urlopen('http://example.test/', timeout=10)"
+    elsewhere = TemplateSpec(steps=(Run(f'python -c "{reach_out}"'),))
+    failed = BuildLog()
+    with pytest.raises(TemplateBuildFailed):
+        await build_template(
+            template_engine, store, "reaching-out", elsewhere, owner="", log=failed,
+            network=network,
+        )  # fmt: skip
+    said = "\n".join(line.message for line in failed.lines)
+    assert "URLError" in said or "Connection refused" in said, said
