@@ -23,7 +23,7 @@ P, Q, S = ("t", b"P"), ("t", b"Q"), ("t", b"S")
 
 
 class StandInLane:
-    def __init__(self, _workers: object, _runs: object, code: str) -> None:
+    def __init__(self, _workers: object, _runs: object, code: str, _launch: object) -> None:
         self.code = code
         self.closed = False
 

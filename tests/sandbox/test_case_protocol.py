@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from corral.errors import WorkerProtocolError
@@ -10,6 +12,7 @@ from corral.sandbox._case_protocol import (
     CasesRequest,
     CaseStart,
     CaseStop,
+    Launch,
     decode_cases_request,
     decode_ended,
     decode_server_command,
@@ -56,3 +59,32 @@ def test_the_server_ignores_what_is_not_a_command() -> None:
     for payload in (b"{}", b'{"t":"case","seconds":"1"}', b'{"t":"case","seconds":NaN}', b"x"):
         assert decode_server_command(payload) is None
     assert decode_server_command(b'{"t":"case","seconds":-3}') == CaseStart(0.0)
+
+
+def test_a_launch_round_trips() -> None:
+    launch = Launch(
+        argv=("java", "-Xmx{heap_mb}m", "Main"),
+        env=(("JAVA_HOME", "/j"),),
+        executables=("a.out",),
+        artifact=("a.out", "Main.class"),
+        heap_overhead_mb=720,
+    )
+    request = CasesRequest("# corral: java program\n", launch)
+    assert decode_cases_request(_payload(encode_case_message(request))) == request
+
+
+@pytest.mark.parametrize(
+    "launch",
+    [
+        "not an object",
+        {"argv": [], "env": [], "executables": [], "artifact": [], "heap_overhead_mb": 0},
+        {"argv": ["x"], "env": [["A"]], "executables": [], "artifact": [], "heap_overhead_mb": 0},
+        {"argv": ["x"], "env": [], "executables": [1], "artifact": [], "heap_overhead_mb": 0},
+        {"argv": ["x"], "env": [], "executables": [], "artifact": [], "heap_overhead_mb": -1},
+        {"argv": ["x"], "env": [], "executables": [], "artifact": [], "heap_overhead_mb": True},
+        {"argv": ["x"], "env": [], "executables": [], "heap_overhead_mb": 0},
+    ],
+)
+def test_a_malformed_launch_is_no_cases_request(launch: object) -> None:
+    payload = json.dumps({"t": "cases", "code": "", "launch": launch}).encode()
+    assert decode_cases_request(payload) is None

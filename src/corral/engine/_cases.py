@@ -40,7 +40,7 @@ from corral.engine._result import Evidence, ExecutionResult
 from corral.engine._runs import RunOptions, Runs, stop_message
 from corral.engine._supply import stdlib_only
 from corral.errors import EngineClosed, WorkerError
-from corral.sandbox import CaseServer, Worker
+from corral.sandbox import CaseServer, Launch, Worker
 
 if TYPE_CHECKING:
     from corral.engine._fresh import WorkerSource
@@ -65,10 +65,16 @@ class Case:
 class Lane:
     """The target of a lane's runs: its case server, one case at a time."""
 
-    def __init__(self, workers: WorkerSource, runs: Runs, code: str) -> None:
+    def __init__(
+        self, workers: WorkerSource, runs: Runs, code: str, launch: Launch | None = None
+    ) -> None:
         self._workers = workers
         self._runs = runs
         self._code = code
+        self._launch = launch
+        """For a program that is not Python: its cases exec it, with no driver to run."""
+        self._limits: Limits | None = None
+        """The limits of the server's cases: a launch server takes them as its own."""
         self._server: CaseServer | None = None
         self._case: Worker | None = None
 
@@ -104,7 +110,7 @@ class Lane:
             return worker
         server = CaseServer(worker, work_bytes=job.limits.work_bytes)
         try:
-            await server.prepare(self._code)
+            await server.prepare(self._code, self._launch)
         except BaseException as exc:
             server.retire()
             if isinstance(exc, WorkerError):
@@ -118,11 +124,14 @@ class Lane:
         server = self._server
         if server is not None and server.work_bytes != job.limits.work_bytes:
             server.retire()  # its /work was sized when it was made
+        if server is not None and self._launch is not None and self._limits != job.limits:
+            server.retire()  # it took its first case's limits as its own, for good
         if server is None or server.retired:
             opened = await self._open(job, evidence)
             if isinstance(opened, ExecutionResult):
                 return opened
             server = self._server = opened
+            self._limits = job.limits
         deadline = anyio.current_effective_deadline()
         seconds = deadline - anyio.current_time() if math.isfinite(deadline) else job.limits.timeout
         try:
@@ -196,8 +205,10 @@ async def run_cases(
     files: Mapping[str, bytes],
     queue_timeout: float | None,
     tenant: str,
+    launch: Launch | None = None,
 ) -> list[ExecutionResult]:
-    """Run ``code`` once per case on at most capacity lanes; results in case order.
+    """Run ``code`` once per case on at most capacity lanes; results in case order (each
+    case execs ``launch`` when given: ``code`` is then its driver, only named).
 
     Once a case finds no worker free in time (``busy``), no further case starts, and every
     case without a result gets that one.
@@ -227,7 +238,7 @@ async def run_cases(
 
     async def lane() -> None:
         nonlocal taken
-        target = Lane(workers, runs, code)
+        target = Lane(workers, runs, code, launch)
         try:
             for index in order:
                 taken += 1

@@ -582,6 +582,7 @@ class Engine:
             files=files or {},
             queue_timeout=queue_timeout,
             tenant=tenant,
+            launch=None if program is None else program.launch,
         )
         return [with_compile(result, program) for result in results]
 
@@ -637,6 +638,7 @@ class Engine:
             files=files or {},
             queue_timeout=queue_timeout,
             tenant=tenant,
+            launch=None if program is None else program.launch,
         )
         return with_compile(result, program)
 

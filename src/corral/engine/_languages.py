@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from corral.errors import LanguageUnavailable
+from corral.sandbox import HEAP_MB
 
 __all__ = [
     "LANGUAGE_NAMES",
@@ -38,9 +39,9 @@ __all__ = [
 ]
 
 _MIB = 1024 * 1024
-HEAP = "-Xmx{heap_mb}m"
-"""A JVM's heap: half of the address space the run may still map, worked out by the driver
-inside the sandbox (the run's memory limit is only known there, as its RLIMIT_AS)."""
+HEAP = f"-Xmx{HEAP_MB}m"
+"""A JVM's heap: the address space the run may still map less what else a JVM maps, worked
+out inside the sandbox (the run's memory limit is only known there, as its RLIMIT_AS)."""
 _PROBE_SECONDS = 10.0  # for ``rustc --print sysroot``: a rustup proxy may be slow once
 _LINK_SCAN_FILES = 20_000  # files of a toolchain root looked at for links into /etc
 LANGUAGE_NAMES = ("python", "cpp", "nodejs", "java", "rust", "go", "typescript", "bash")

@@ -1,15 +1,16 @@
 """A program in another language as the engine runs it: compiled once in a sandbox, each run
-a small Python driver in a fresh worker (or a case server's forked child) that execs it.
+a small Python driver in a fresh worker that execs it, or a case server's spawn of it.
 
 Why a driver: a worker already has every wall (its own user, pid, mount, network, ipc and uts
 namespaces, uid 1000, no capabilities, no_new_privs, the seccomp allowlist, rlimits, a cgroup
 bounding all its processes), and an exec'd program inherits all of them: seccomp filters,
 namespaces, rlimits and the cgroup survive ``execve``. The driver is the run's code, so the
-one run path (scheduler, deadline, bounded reader, outcomes) and the case servers serve other
-languages unchanged: a case is the server's fork, then the driver's ``posix_spawn`` of the
-binary with stdin, stdout and stderr the worker's own fds 0-2. The driver exits with the
-program's return code (``-N`` for a signal, as Python reports it) and removes the program's
-files first, so a run reports only what the program wrote.
+one run path (scheduler, deadline, bounded reader, outcomes) serves other languages
+unchanged. The driver exits with the program's return code (``-N`` for a signal, as Python
+reports it) and removes the program's files first, so a run reports only what the program
+wrote. A case server needs no driver: given the program's ``Launch`` (``launch``), each case
+is a spawn of the program by the server itself, reported as the driver would have
+(``corral.sandbox.inside._exec_case``); a fresh run (a first ``/run_code``) runs the driver.
 
 Compiling is a run as well: a fresh worker with the toolchain's ``CompileLimits`` and the
 caller's ``compile_timeout``, the source as its one file. What the compiler leaves in the
@@ -34,6 +35,7 @@ from corral.engine._feed import Feed
 from corral.engine._languages import HEAP, Languages, Toolchain
 from corral.engine._result import CompileInfo, ErrorInfo, ExecutionResult
 from corral.engine._runs import RunOptions, Runs, Target
+from corral.sandbox import HEAP_MB, Launch
 
 __all__ = ["DEFAULT_CACHE_BYTES", "Program", "Programs", "fresh_compile", "with_compile"]
 
@@ -55,6 +57,8 @@ class Program:
     code: str
     files: Mapping[str, bytes]
     compiled: CompileInfo | None
+    launch: Launch
+    """What a case server execs for each case in place of the driver (same run, no Python)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +106,7 @@ _HEAP_LINES = (
     "with open('/proc/self/statm') as statm:\n"
     "    mapped = int(statm.read().split()[0]) * os.sysconf('SC_PAGE_SIZE')\n"
     "heap = 1024 if limit == resource.RLIM_INFINITY else (limit - mapped) // 2**20\n"
-    f"argv = [a.replace('{{heap_mb}}', str(max(32, heap - {_JVM_OVERHEAD_MB}))) for a in argv]\n"
+    f"argv = [a.replace({HEAP_MB!r}, str(max(32, heap - {_JVM_OVERHEAD_MB}))) for a in argv]\n"
 )
 """For a JVM: its heap from the address space this process may still map (RLIMIT_AS is
 ``Limits.memory_bytes`` over what the worker had mapped; the cgroup bounds the sum)."""
@@ -113,10 +117,25 @@ def _argv_lines(argv: tuple[str, ...]) -> str:
     return lines + (_HEAP_LINES if any(HEAP in a for a in argv) else "")
 
 
+def _executables(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(n for n in names if "/" not in n and not n.endswith((".class", ".js", ".sh")))
+
+
+def launch(toolchain: Toolchain, names: tuple[str, ...]) -> Launch:
+    """What a case server execs for a run of the program: what the driver runs, as it would."""
+    return Launch(
+        argv=toolchain.run,
+        env=toolchain.env,
+        executables=_executables(names),
+        artifact=names,
+        heap_overhead_mb=_JVM_OVERHEAD_MB,
+    )
+
+
 def run_driver(toolchain: Toolchain, digest: str, names: tuple[str, ...]) -> str:
     """The Python a worker runs for one run of the program (imports only the standard
     library, so the lean zygote serves it)."""
-    executables = [n for n in names if "/" not in n and not n.endswith((".class", ".js", ".sh"))]
+    executables = list(_executables(names))
     return (
         f"# corral: {toolchain.language} program {digest}\n"
         "import os, subprocess, sys\n"
@@ -227,7 +246,10 @@ class Programs:
         key = self._key(toolchain, source, given)
         if not toolchain.compiled:
             files = {toolchain.source: source.encode("utf-8", "surrogatepass")}
-            return Program(run_driver(toolchain, key[:16], (toolchain.source,)), files, None)
+            names: tuple[str, ...] = (toolchain.source,)
+            return Program(
+                run_driver(toolchain, key[:16], names), files, None, launch(toolchain, names)
+            )
         compiled = await self._compiled(
             toolchain, key, source, given, compile_timeout, base, compile_run
         )
@@ -255,7 +277,9 @@ class Programs:
             )
         names = tuple(sorted(compiled.files))
         shown = info if toolchain.reports_compile else None
-        return Program(run_driver(toolchain, key[:16], names), compiled.files, shown)
+        return Program(
+            run_driver(toolchain, key[:16], names), compiled.files, shown, launch(toolchain, names)
+        )
 
     async def _compiled(
         self,

@@ -41,6 +41,7 @@ from corral.engine._feed import Feed
 from corral.engine._result import ExecutionResult
 from corral.engine._runs import RunOptions, Runs, Target
 from corral.engine._waiters import WaitQueue
+from corral.sandbox import Launch
 
 if TYPE_CHECKING:
     from corral.engine._fresh import WorkerSource
@@ -121,7 +122,9 @@ class Repeats:
         lane, _ = program.idle.pop(index)
         self._forget(program, key, lane)
 
-    async def _lane(self, key: _Key, code: str, *, wait: bool) -> Lane | None:
+    async def _lane(
+        self, key: _Key, code: str, *, wait: bool, launch: Launch | None = None
+    ) -> Lane | None:
         """An idle or new case server for the program, waiting (if ``wait``) for one of its
         own if they are all busy; None when the call is to run fresh."""
         repeated = self._repeated(key, self._clock())
@@ -139,7 +142,7 @@ class Repeats:
             if program.lanes < self._capacity and self._room():
                 program.lanes += 1
                 self._lanes += 1
-                return Lane(self._workers, self._runs, code)
+                return Lane(self._workers, self._runs, code, launch)
             if not program.lanes or not wait or not self._may_wait(key[0]):
                 if not program.lanes:
                     # No server of the program is left to free: those waiting run fresh too.
@@ -216,8 +219,10 @@ class Repeats:
         files: Mapping[str, bytes],
         queue_timeout: float | None,
         tenant: str,
+        launch: Launch | None = None,
     ) -> ExecutionResult:
-        """One call's result: from a kept case server when the program repeats."""
+        """One call's result: from a kept case server when the program repeats (its cases
+        exec ``launch`` when given; the first call runs ``code``, its driver, fresh)."""
         feed = Feed(case.stdin, files)  # a stdin that is not bytes fails here, before a wait
         key = (tenant, hashlib.sha256(code.encode("utf-8", "surrogatepass")).digest())
         started = anyio.current_time()
@@ -225,10 +230,10 @@ class Repeats:
         if queue_timeout is None:
             # Queue and run then share the run's timeout, as for ``run``: no wait for a busy
             # server, which would not count against it.
-            lane = await self._lane(key, code, wait=False)
+            lane = await self._lane(key, code, wait=False, launch=launch)
         else:
             with anyio.move_on_after(queue_timeout):
-                lane = await self._lane(key, code, wait=True)
+                lane = await self._lane(key, code, wait=True, launch=launch)
             queue_timeout = max(0.0, queue_timeout - (anyio.current_time() - started))
         if lane is None:
             options = RunOptions(

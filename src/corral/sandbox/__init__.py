@@ -21,6 +21,7 @@ import typing
 from corral import _public
 
 if typing.TYPE_CHECKING:
+    from corral.sandbox._case_protocol import HEAP_MB, Launch
     from corral.sandbox._control_protocol import (
         MAX_INTERPRETERS,
         TEMPLATE_LAYER,
@@ -66,6 +67,7 @@ if typing.TYPE_CHECKING:
 
 _EXPORTS = {
     "DEFAULT_PRELOAD": "corral.sandbox.host._launch",
+    "HEAP_MB": "corral.sandbox._case_protocol",
     "DENIED_SYSCALLS": "corral.sandbox.inside._seccomp",
     "MAX_INTERPRETERS": "corral.sandbox._control_protocol",
     "MAX_REPORTED_PATH": "corral.sandbox._protocol",
@@ -77,6 +79,7 @@ _EXPORTS = {
     "Done": "corral.sandbox._protocol",
     "ErrorReport": "corral.sandbox._protocol",
     "Feature": "corral.sandbox.host._doctor",
+    "Launch": "corral.sandbox._case_protocol",
     "FileReport": "corral.sandbox._protocol",
     "FittedText": "corral.sandbox._protocol",
     "Handler": "corral.sandbox._twin_cell",
@@ -115,6 +118,7 @@ _EXPORTS = {
 __all__ = [
     "DEFAULT_PRELOAD",
     "DENIED_SYSCALLS",
+    "HEAP_MB",
     "MAX_INTERPRETERS",
     "MAX_REPORTED_PATH",
     "SECCOMP_POLICY",
@@ -135,6 +139,7 @@ __all__ = [
     "InProcessBackend",
     "InputSpec",
     "IsolatedBackend",
+    "Launch",
     "OutputSink",
     "PoolStatistics",
     "RunLimits",

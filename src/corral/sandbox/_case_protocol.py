@@ -8,6 +8,11 @@ answers ``CaseEnded`` when every process of the case is gone and the working fol
 restored. The case's own frames (``Started``, ``Display``, ``Done``, file contents) travel on
 the case's socket, read by the same bounded reader as any run.
 
+A program in another language is served as a ``Launch``: the server runs no Python per case,
+it reads the case's request itself, writes its files, spawns the program
+(``corral.sandbox.inside._exec_case``) and reports the run when the program exits, as the
+Python driver of a fresh run of it would have.
+
 Frames are ``_protocol``'s (a length, a kind, a JSON object). The engine trusts nothing the
 server says: ``decode_ended`` checks shape and types, and the frame is bounded before it is
 read.
@@ -25,10 +30,12 @@ from corral.sandbox._protocol import encode_json
 
 __all__ = [
     "CASE_FDS",
+    "HEAP_MB",
     "CaseEnded",
     "CaseStart",
     "CaseStop",
     "CasesRequest",
+    "Launch",
     "decode_cases_request",
     "decode_ended",
     "decode_server_command",
@@ -39,11 +46,39 @@ CASE_FDS = 3
 """Descriptors that come with a ``CaseStart``: protocol socket, stdout, stderr (in order)."""
 
 
+_PAIR = 2  # an environment entry: name, value
+HEAP_MB = "{heap_mb}"
+"""In a ``Launch``'s argv: the MiB of heap a JVM may take, from the address space the case may
+still map (its ``RLIMIT_AS`` less what is mapped when it execs)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Launch:
+    """How a case server starts a program that is not Python: exec'd in each case's child.
+
+    The case's request brings the program's files, as for a fresh run of its driver.
+    """
+
+    argv: tuple[str, ...]
+    """The command; the request's ``argv`` past its first item is appended."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Set on top of the worker's environment."""
+    executables: tuple[str, ...] = ()
+    """Files of the request made executable (0755) before the exec."""
+    artifact: tuple[str, ...] = ()
+    """Files of the request removed once the program has exited: a run reports only what the
+    program wrote."""
+    heap_overhead_mb: int = 0
+    """Address space a JVM maps besides its heap, taken off ``HEAP_MB``."""
+
+
 @dataclass(frozen=True, slots=True)
 class CasesRequest:
-    """Engine to worker: become a case server for ``code``."""
+    """Engine to worker: become a case server for ``code`` (or for ``launch``, whose cases
+    exec it: ``code`` is then only what names the program)."""
 
     code: str
+    launch: Launch | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +111,16 @@ CaseMessage = CasesRequest | CaseStart | CaseStop | CaseEnded
 def encode_case_message(message: CaseMessage) -> bytes:
     """The frame for ``message``."""
     if isinstance(message, CasesRequest):
-        return encode_json({"t": "cases", "code": message.code})
+        frame: dict[str, Any] = {"t": "cases", "code": message.code}
+        if (launch := message.launch) is not None:
+            frame["launch"] = {
+                "argv": list(launch.argv),
+                "env": [list(pair) for pair in launch.env],
+                "executables": list(launch.executables),
+                "artifact": list(launch.artifact),
+                "heap_overhead_mb": launch.heap_overhead_mb,
+            }
+        return encode_json(frame)
     if isinstance(message, CaseStart):
         return encode_json({"t": "case", "seconds": message.seconds})
     if isinstance(message, CaseStop):
@@ -99,7 +143,40 @@ def decode_cases_request(payload: bytes) -> CasesRequest | None:
     raw = _load(payload)
     if raw is None or raw.get("t") != "cases" or not isinstance(raw.get("code"), str):
         return None
-    return CasesRequest(raw["code"])
+    if "launch" not in raw:
+        return CasesRequest(raw["code"])
+    launch = _launch(raw["launch"])
+    return None if launch is None else CasesRequest(raw["code"], launch)
+
+
+def _strings(value: object) -> tuple[str, ...] | None:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        return None
+    return tuple(value)
+
+
+def _launch(raw: object) -> Launch | None:
+    if not isinstance(raw, dict):
+        return None
+    argv = _strings(raw.get("argv"))
+    executables = _strings(raw.get("executables"))
+    artifact = _strings(raw.get("artifact"))
+    env = raw.get("env")
+    overhead = raw.get("heap_overhead_mb")
+    if not argv or executables is None or artifact is None or not isinstance(env, list):
+        return None
+    pairs = [_strings(pair) for pair in env]
+    if any(pair is None or len(pair) != _PAIR for pair in pairs):
+        return None
+    if not isinstance(overhead, int) or isinstance(overhead, bool) or overhead < 0:
+        return None
+    return Launch(
+        argv=argv,
+        env=tuple((pair[0], pair[1]) for pair in pairs if pair is not None),
+        executables=executables,
+        artifact=artifact,
+        heap_overhead_mb=overhead,
+    )
 
 
 def decode_server_command(payload: bytes) -> CaseStart | CaseStop | None:

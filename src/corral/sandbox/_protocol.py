@@ -29,6 +29,7 @@ __all__ = [
     "MAX_CONTROL_FRAME",
     "MAX_JSON_NODES",
     "MAX_REPORTED_PATH",
+    "MAX_REQUEST",
     "Display",
     "Done",
     "ErrorReport",
@@ -58,6 +59,8 @@ HEADER = struct.Struct(">IB")
 _encode = JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 MAX_CONTROL_FRAME = 64 * 1024
 """Bytes of a frame that carries no output (ready, started, a request's metadata)."""
+MAX_REQUEST = 64 * 1024 * 1024
+"""Bytes of a request frame a worker reads; code is bounded far below this by the engine."""
 MAX_JSON_NODES = 100_000
 """JSON values (containers and scalars) per run, all frames together: decoded, each costs the
 server up to ~100 bytes whatever its size on the wire, so this bounds the inflation."""

@@ -23,6 +23,7 @@ from corral.sandbox._case_protocol import (
     CasesRequest,
     CaseStart,
     CaseStop,
+    Launch,
     decode_ended,
     encode_case_message,
 )
@@ -47,13 +48,14 @@ class CaseServer:
     def pid(self) -> int:
         return self.worker.pid
 
-    async def prepare(self, code: str) -> None:
-        """Make the (ready) worker a case server for ``code``.
+    async def prepare(self, code: str, launch: Launch | None = None) -> None:
+        """Make the (ready) worker a case server for ``code``, or one whose cases exec
+        ``launch`` (``code`` then only names the program).
 
         Raises:
             WorkerCrashed: it is gone.
         """
-        await self.worker.send(encode_case_message(CasesRequest(code)))
+        await self.worker.send(encode_case_message(CasesRequest(code, launch)))
 
     async def start(self, seconds: float) -> Worker:
         """Start a case; its handle, on which ``execute`` runs the case's request (the

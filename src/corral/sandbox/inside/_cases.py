@@ -41,6 +41,11 @@ cannot restore exactly, or not within ``RESTORE_SECONDS`` (the engine has given 
 slot back by then), make it answer ``clean=False`` and exit: the engine then takes a new
 server.
 
+A program that is not Python comes as a ``Launch`` (``_exec_case``): the server prepares no
+code, and per case it reads the case's request itself, writes its files, spawns the program
+with the case's descriptors as 0-2 (no Python child, no driver) and reports the run when it
+exits; the end of the case is the same.
+
 Not made fresh between cases (as they are not between two fresh workers either): the hash
 seed and anything else fixed before the zygote forked. A POSIX message queue could not be
 listed (that takes mounting ``mqueue``), so it could not be removed after its case: a case
@@ -64,6 +69,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from corral.sandbox import _syscalls as sc
@@ -73,11 +79,23 @@ from corral.sandbox._case_protocol import (
     CasesRequest,
     CaseStart,
     CaseStop,
+    Launch,
     decode_server_command,
     encode_case_message,
 )
-from corral.sandbox._protocol import HEADER, MAX_CONTROL_FRAME, write_frames_sync
-from corral.sandbox.inside import _pristine, _restore
+from corral.sandbox._protocol import (
+    HEADER,
+    MAX_CONTROL_FRAME,
+    MAX_REQUEST,
+    RunLimits,
+    RunRequest,
+    Started,
+    decode_request,
+    encode_message,
+    read_frame_sync,
+    write_frames_sync,
+)
+from corral.sandbox.inside import _exec_case, _pristine, _restore
 from corral.sandbox.inside._cell import Cell
 from corral.sandbox.inside._child import run_then_exit
 from corral.sandbox.inside._prepare import prepare
@@ -91,6 +109,8 @@ compiled code and what to call just before the code runs."""
 _PROTOCOL_FD = 3
 _FD_BYTES = 4
 _OWN_TIMER_MARGIN = 1.0  # seconds past the case's deadline before the server kills on its own
+_LEAST_SEND_SECONDS = 0.05  # for a report past the case's own time: the engine still reads
+_STARTED = encode_message(Started())
 
 
 def _kill_all() -> None:
@@ -202,6 +222,143 @@ def _one_case(
     return CaseEnded(timed_out=timed_out, clean=_clean(baseline, pristine))
 
 
+@dataclass(slots=True)
+class _Launching:
+    """A launch server's state across its cases: the limits it took (``_exec_case.adopt``) from
+    its first case, or that it could not (its cases are then forked), and its settings."""
+
+    pristine: _pristine.Pristine
+    adopted: RunLimits | None = None
+    forking: bool = False
+
+
+def _one_launched(
+    start: CaseStart,
+    fds: list[int],
+    control: socket.socket,
+    launch: Launch,
+    cwd: str,
+    baseline: _restore.Baseline,
+    state: _Launching,
+) -> CaseEnded | None:
+    """Run one case of a ``launch`` to its end (``_exec_case``); None when the engine has gone.
+
+    The server reads the case's request, starts the program, and reports on the case's socket
+    once it exits; the engine's ``CaseStop`` ends the case, as for any.
+    """
+    case_fd, stdout, stderr = fds
+    held = list(fds)  # the server lets go of the output pipes once the program has them
+    for fd in fds:  # a spawned program gets them only as its 0-2
+        os.set_inheritable(fd, False)
+    deadline = time.monotonic() + start.seconds + _OWN_TIMER_MARGIN
+    timed_out = False
+    request: RunRequest | None = None
+    pid, pidfd = 0, -1
+    with selectors.DefaultSelector() as selector:
+        selector.register(control, selectors.EVENT_READ)
+        selector.register(case_fd, selectors.EVENT_READ)
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    timed_out = True
+                    break
+                ready = {key.fd for key, _ in selector.select(remaining)}
+                if case_fd in ready:
+                    selector.unregister(case_fd)  # one request per case, nothing after it
+                    request = _request(case_fd)
+                    stdin = None
+                    if request is not None:
+                        begun = _exec_case.begin(launch, request, cwd, stderr)
+                        stdin = begun.stdin
+                        held.append(-1 if stdin is None else stdin)
+                        _send(case_fd, [_STARTED], deadline)
+                        pid = _start(launch, request, begun, stdout, stderr, cwd, state)
+                        pidfd = os.pidfd_open(pid)
+                        held.append(pidfd)
+                        selector.register(pidfd, selectors.EVENT_READ)
+                    _let_go(held, (stdout, stderr, stdin))
+                if pidfd in ready:
+                    selector.unregister(pidfd)
+                    _pid, status, usage = os.wait4(pid, 0)
+                    _kill_all()  # as when a fresh worker exits: nothing of the case outlives it
+                    _reap_all()
+                    assert request is not None
+                    _send(case_fd, _exec_case.report(launch, request, status, usage, cwd), deadline)
+                if control.fileno() in ready:
+                    payload, extra = _receive(control)
+                    for fd in extra:
+                        os.close(fd)
+                    if payload is None:
+                        return None
+                    if isinstance(decode_server_command(payload), CaseStop):
+                        break
+        finally:
+            _kill_all()
+            _reap_all()
+            _let_go(held, tuple(held))
+    clean = _clean(baseline, state.pristine)
+    return CaseEnded(
+        timed_out=timed_out,
+        clean=clean and (state.adopted is None or not _exec_case.tired(state.adopted)),
+    )
+
+
+def _start(
+    launch: Launch,
+    request: RunRequest,
+    begun: _exec_case.Begun,
+    stdout: int,
+    stderr: int,
+    cwd: str,
+    state: _Launching,
+) -> int:
+    """The program's pid: spawned under the limits the server took from its first case, or
+    forked (when it could not take them, or this case's differ) to lower its own."""
+    if state.adopted is None and not state.forking:
+        if _exec_case.adopt(request.limits):
+            state.adopted = request.limits
+            state.pristine = _pristine.capture()
+        else:
+            state.forking = True
+    if state.adopted is not None and _exec_case.same_bounds(state.adopted, request.limits):
+        return _exec_case.spawn(launch, begun, stdout, stderr, cwd)
+    pid = os.fork()
+    if pid == 0:
+        run_then_exit(
+            "case",
+            lambda: _exec_case.child(launch, request, begun, stdout, stderr, cwd, state.pristine),
+        )
+    return pid
+
+
+def _let_go(held: list[int], fds: tuple[int | None, ...]) -> None:
+    """Close those of ``fds`` still in ``held`` (-1 and None stand for no descriptor)."""
+    for fd in fds:
+        if fd is not None and fd in held:
+            held.remove(fd)
+            if fd >= 0:
+                os.close(fd)
+
+
+def _request(case_fd: int) -> RunRequest | None:
+    """The case's request, or None when the engine hung up on the case without one."""
+    try:
+        return decode_request(read_frame_sync(case_fd, MAX_REQUEST))
+    except (EOFError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _send(case_fd: int, frames: list[bytes], deadline: float) -> None:
+    """Write ``frames`` on the case's socket, giving up by the case's deadline: an engine that
+    stopped reading has ended the case, and a late report is no longer anyone's."""
+    with socket.socket(fileno=os.dup(case_fd)) as sock:
+        sock.settimeout(max(_LEAST_SEND_SECONDS, deadline - time.monotonic()))
+        with contextlib.suppress(OSError):
+            for frame in frames:
+                sock.sendall(frame)
+
+
 def _clean(baseline: _restore.Baseline, pristine: _pristine.Pristine) -> bool:
     """Whether the next case may fork from this server (every process of the last one is
     gone): its own settings as prepared, its folders and IPC put back."""
@@ -213,19 +370,27 @@ def _clean(baseline: _restore.Baseline, pristine: _pristine.Pristine) -> bool:
         return False
 
 
-def serve_cases(request: CasesRequest, namespace: dict[str, Any], run_case: RunCase) -> None:
-    """Be a case server for ``request.code`` until the engine closes the socket.
+def serve_cases(
+    request: CasesRequest, namespace: dict[str, Any], run_case: RunCase, cwd: str
+) -> None:
+    """Be a case server for ``request.code`` (or its ``launch``) until the engine closes the
+    socket.
 
     Called by the runner in a locked-down one-shot worker, in place of its one run;
-    ``namespace`` is the one each case runs in (``run_case`` has it too).
+    ``namespace`` is the one each case runs in (``run_case`` has it too), ``cwd`` the working
+    folder.
     """
     if os.getpid() != 1:
         raise RuntimeError("a case server must be init of its own pid namespace")
     sc.set_dumpable(False)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # no handler: no signal from a case lands
-    run = functools.partial(run_case, *prepare(request.code, namespace))
+    launch = request.launch
+    run = None if launch else functools.partial(run_case, *prepare(request.code, namespace))
+    if launch is not None:
+        _exec_case.seal_descriptors()
     baseline = _restore.snapshot()
     pristine = _pristine.capture()
+    launching = _Launching(pristine)
     control = socket.socket(fileno=_PROTOCOL_FD)
     control.setblocking(True)
     for stream in (sys.stdout, sys.stderr):  # children inherit the objects, not our buffers
@@ -240,7 +405,11 @@ def serve_cases(request: CasesRequest, namespace: dict[str, Any], run_case: RunC
             for fd in fds:  # a late CaseStop for a case our own timer ended
                 os.close(fd)
             continue
-        ended = _one_case(command, fds, control, run, baseline, pristine)
+        if launch is not None:
+            ended = _one_launched(command, fds, control, launch, cwd, baseline, launching)
+        else:
+            assert run is not None
+            ended = _one_case(command, fds, control, run, baseline, pristine)
         if ended is None:
             return
         write_frames_sync(_PROTOCOL_FD, encode_case_message(ended))

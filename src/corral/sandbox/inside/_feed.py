@@ -17,7 +17,7 @@ import sys
 
 from corral.sandbox import _syscalls as sc
 
-__all__ = ["feed"]
+__all__ = ["feed", "place_files", "stdin_fd"]
 
 _BUILTIN_INPUT = builtins.input
 _PIPE_BYTES = 64 * 1024  # a fresh pipe's default capacity: stdin this small never blocks
@@ -48,10 +48,15 @@ def _file_with(data: bytes) -> int:
     return fd
 
 
-def _bind_stdin(data: bytes) -> None:
+def stdin_fd(data: bytes) -> int:
+    """A descriptor to read ``data`` from, then EOF: a pipe that holds all of it, else an
+    unlinked file of the worker's /tmp."""
     fd = _pipe_with(data) if len(data) <= _PIPE_BYTES else None
-    if fd is None:
-        fd = _file_with(data)
+    return _file_with(data) if fd is None else fd
+
+
+def _bind_stdin(data: bytes) -> None:
+    fd = stdin_fd(data)
     os.dup2(fd, 0)
     os.close(fd)
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
@@ -71,16 +76,21 @@ def _place(path: str, data: bytes, cwd: str) -> None:
 
 
 def feed(stdin: bytes | None, files: tuple[tuple[str, bytes], ...], cwd: str) -> None:
-    """Place ``files`` under ``cwd`` and bind ``stdin`` to fd 0 (when given).
+    """Place ``files`` under ``cwd`` and bind ``stdin`` to fd 0 (when given)."""
+    place_files(files, cwd)
+    if stdin is not None:
+        _bind_stdin(stdin)
 
-    A file that cannot be written is reported on stderr, as a shell would, and the run goes
-    on: the program then fails the way it would have without the file.
+
+def place_files(files: tuple[tuple[str, bytes], ...], cwd: str, stderr: int = 2) -> None:
+    """Write ``files`` under ``cwd``.
+
+    A file that cannot be written is reported on ``stderr`` (the run's), as a shell would,
+    and the run goes on: the program then fails the way it would have without the file.
     """
     for path, data in files:
         try:
             _place(path, data, cwd)
         except OSError as exc:
             with contextlib.suppress(OSError):
-                os.write(2, f"corral: could not write {path}: {exc.strerror}\n".encode())
-    if stdin is not None:
-        _bind_stdin(stdin)
+                os.write(stderr, f"corral: could not write {path}: {exc.strerror}\n".encode())

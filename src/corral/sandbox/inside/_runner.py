@@ -28,6 +28,7 @@ from corral.sandbox._case_protocol import decode_cases_request
 from corral.sandbox._control_protocol import StaticLimits
 from corral.sandbox._protocol import (
     HEADER,
+    MAX_REQUEST,
     Done,
     ErrorReport,
     InputSpec,
@@ -64,7 +65,6 @@ __all__ = [
 ]
 
 PROTOCOL_FD = 3
-_MAX_REQUEST = 64 * 1024 * 1024  # bytes; code is bounded far below this by the engine
 _LINGER_READ = 4096  # bytes read at a time while waiting for the engine to hang up
 _FOLDER_MODE = 0o755  # a working folder's mode when it is made
 DISPLAY = Display()
@@ -348,7 +348,7 @@ def serve(
         os.close(inputs_fd)
     while True:
         try:
-            frame = read_frame_sync(PROTOCOL_FD, _MAX_REQUEST)
+            frame = read_frame_sync(PROTOCOL_FD, MAX_REQUEST)
             if session:
                 _interrupt.begin()
         except EOFError:
@@ -356,7 +356,7 @@ def serve(
         batch = None if session else decode_cases_request(frame)
         if batch is not None:
             _cases.serve_cases(
-                batch, namespace, functools.partial(_run_case, batch.code, namespace, cwd)
+                batch, namespace, functools.partial(_run_case, batch.code, namespace, cwd), cwd
             )
             return
         _serve_one(decode_request(frame), namespace, cwd, session)
@@ -384,7 +384,7 @@ def _run_case(
     """In a case server's child: serve the case's request as a fresh one-shot worker would,
     with the code the server compiled (the request carries none)."""
     _reseed()
-    request = decode_request(read_frame_sync(PROTOCOL_FD, _MAX_REQUEST))
+    request = decode_request(read_frame_sync(PROTOCOL_FD, MAX_REQUEST))
     _serve_one(dataclasses.replace(request, code=code), namespace, cwd, False, cell, prelude)
 
 
