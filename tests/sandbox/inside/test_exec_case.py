@@ -18,6 +18,9 @@ from corral._limits import Limits
 from corral.engine import Case, Engine, ExecutionResult, discover_languages
 from corral.sandbox import RunLimits
 from corral.sandbox.inside import _exec_case
+from tests.engine.test_programs import MEMORY, PROGRAMS, SERVED
+
+_MIB = 1024 * 1024
 
 pytestmark = [pytest.mark.anyio]
 
@@ -150,6 +153,31 @@ async def test_a_server_too_small_for_itself_forks_its_cases(one_lane: Engine) -
     assert [s["files"] for s in seen] == [[16, 16], [16, 16]]
     assert seen[0]["server"] == seen[1]["server"]
     assert all(s["fds"] == 0 and s["raised_cpu"] == -1 for s in seen)
+
+
+@pytest.mark.parametrize("language", sorted(PROGRAMS))
+async def test_each_languages_cases_answer_as_fresh_runs(one_lane: Engine, language: str) -> None:
+    if language not in SERVED:
+        pytest.skip(f"no {language} toolchain here: {discover_languages().missing[language]}")
+    memory = Limits(timeout=10, memory_bytes=MEMORY.get(language, 256 * _MIB))
+    spin = Limits(timeout=1, memory_bytes=memory.memory_bytes)
+    stdins = [b"echo one\n", b"fail now\n", b"eat all\n", b"spin x\n", b"echo two\n"]
+    limits = [memory, memory, memory, spin, memory]
+    results = await one_lane.run_cases(
+        PROGRAMS[language],
+        [Case(stdin=i, limits=x) for i, x in zip(stdins, limits, strict=True)],
+        language=language,
+        compile_timeout=60,
+    )
+    echo, fail, eat, spun, again = results
+    assert (echo.outcome, echo.stdout, echo.exit_code) == ("ok", "one\n", 0), echo.stderr
+    assert list(echo.files) == []  # the program's own files are not the run's
+    assert (fail.outcome, fail.exit_code) == ("python_error", 3)
+    assert "failing" in fail.stderr
+    assert eat.outcome in ("python_error", "memory_limit"), (eat.outcome, eat.message)
+    assert (eat.exit_code != 0, eat.stdout) == (True, "")
+    assert (spun.outcome, spun.exit_code) == ("timeout", None)
+    assert (again.outcome, again.stdout) == ("ok", "two\n")
 
 
 def _limits(cpu_seconds: int) -> RunLimits:
