@@ -811,6 +811,43 @@ def contexts_at_once() -> dict[str, Any]:
         }
 
 
+@scenario
+def bash_contexts() -> dict[str, Any]:
+    """``language="bash"``: a shell whose variables and folder last from run to run, its
+    output as stdout, a failing last command E2B's bash kernel error; a context of its own."""
+    with Sandbox.create(envs={"GLOBAL": "sandbox"}) as sbx:
+        first = sbx.run_code("x=42; cd /tmp; echo start; echo to-stderr >&2", language="bash")
+        again = sbx.run_code('echo "$x $PWD $HOME $GLOBAL $(id -u)"', language="bash")
+        failed = sbx.run_code("echo before; false", language="bash")
+        quoted = sbx.run_code("echo 'a  b' \"it's\" ü\ncat <<'END'\n$x\nEND", language="bash")
+        envs = sbx.run_code('echo "$ONE"', language="bash", envs={"ONE": "only-this-run"})
+        after = sbx.run_code('echo "[${ONE-unset}] $GLOBAL"', language="bash")
+        own = sbx.create_code_context(language="bash", cwd="/home/user")
+        separate = sbx.run_code('echo "[${x-unset}] $PWD"', context=own)
+        exited = sbx.run_code("exit 3", language="bash")
+        fresh = sbx.run_code('echo "[${x-unset}]"', language="bash")
+        python = sbx.run_code("print('still python')")
+        try:
+            sbx.run_code("1 + 1", language="javascript")
+            refused: Any = None
+        except Exception as exc:  # noqa: BLE001 - what the SDK raises is what is seen
+            refused = "python and bash" in str(exc)
+        return {
+            "javascript": refused,
+            "first": [first.logs.stdout, first.logs.stderr, first.error is None],
+            "again": again.logs.stdout,
+            "failed": [failed.logs.stdout, failed.error.name, failed.error.value],
+            "quoted": quoted.logs.stdout,
+            "envs": envs.logs.stdout,
+            "after": after.logs.stdout,
+            "own": [own.language, separate.logs.stdout],
+            "exited": exited.error.value if exited.error else None,
+            "fresh": fresh.logs.stdout,
+            "python": python.logs.stdout,
+            "languages": sorted(c.language for c in sbx.list_code_contexts()),
+        }
+
+
 _SITE = "/home/user/site"
 _TOKEN = "e2b-traffic-access-token"
 _WS_SERVER = """

@@ -199,6 +199,23 @@ def test_two_contexts_run_side_by_side(sdk: dict[str, Any]) -> None:
     assert seen["env_after"] == "False"  # a run's envs are that run's only
 
 
+def test_bash_runs_as_e2bs_bash_kernel(sdk: dict[str, Any]) -> None:
+    seen = ok(sdk, "bash_contexts")
+    stdout, stderr, no_error = seen["first"]
+    assert ("".join(stdout), stderr, no_error) == ("start\nto-stderr\n", [], True)  # as a pty
+    assert seen["again"] == ["42 /tmp /home/user sandbox 1000\n"]  # state lasts
+    assert seen["failed"] == [["before\n"], "", "1"]
+    assert "".join(seen["quoted"]) == "a  b it's ü\n$x\n"
+    assert seen["envs"] == ["only-this-run\n"]
+    assert seen["after"] == ["[unset] sandbox\n"]  # a run's envs are that run's only
+    assert seen["own"] == ["bash", ["[unset] /home/user\n"]]
+    assert seen["exited"] == "3"
+    assert seen["fresh"] == ["[unset]\n"]  # a shell that exited starts afresh
+    assert seen["python"] == ["still python\n"]
+    assert seen["languages"] == ["bash", "bash", "python"]
+    assert seen["javascript"] is True  # a 400 naming what is served
+
+
 def test_wrong_key_template_and_another_keys_sandbox_are_refused(sdk: dict[str, Any]) -> None:
     seen = ok(sdk, "refusals")
     assert seen["wrong_key"] == "AuthenticationException"

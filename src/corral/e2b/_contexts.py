@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 
 import anyio
 
-__all__ = ["DEFAULT_CONTEXT", "HOME", "SANDBOX_USER", "Context", "Contexts"]
+__all__ = ["DEFAULT_CONTEXT", "HOME", "PYTHON", "SANDBOX_USER", "Context", "Contexts"]
 
 HOME = "/home/user"
 SANDBOX_USER = "user"
 """The one user of an E2B sandbox (uid 1000 inside): envd's default, never root."""
 DEFAULT_CONTEXT = "default"
+PYTHON = "python"
 _E2B_ENV = {
     "HOME": HOME,
     "USER": SANDBOX_USER,
@@ -91,6 +92,8 @@ class _Prepared:
 class Context:
     id: str
     cwd: str
+    language: str = PYTHON
+    """``python``, or ``bash`` (``corral.e2b._bash``)."""
     executions: int = 0
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     """Held across a run and the preparation before it."""
@@ -103,7 +106,7 @@ class Context:
         return "" if self.id == DEFAULT_CONTEXT else self.id
 
     def as_json(self) -> dict[str, str]:
-        return {"id": self.id, "language": "python", "cwd": self.cwd}
+        return {"id": self.id, "language": self.language, "cwd": self.cwd}
 
 
 class Contexts:
@@ -113,6 +116,9 @@ class Contexts:
         """``cwd``: the default context's folder (a template's working folder)."""
         self._env_vars = dict(env_vars)
         self._by_id = {DEFAULT_CONTEXT: Context(DEFAULT_CONTEXT, cwd)}
+        self._defaults = {PYTHON: DEFAULT_CONTEXT}
+        """The context a run naming only its language runs in, per language (E2B makes one
+        on first use, in ``/home/user``, and lists it)."""
 
     def get(self, context_id: str) -> Context | None:
         return self._by_id.get(context_id)
@@ -120,12 +126,29 @@ class Contexts:
     def all(self) -> list[Context]:
         return list(self._by_id.values())
 
-    def new(self, cwd: str | None) -> Context | None:
+    @property
+    def sandbox_env(self) -> dict[str, str]:
+        """What every interpreter of the sandbox has in its environment."""
+        return {**_E2B_ENV, **self._env_vars}
+
+    def new(self, cwd: str | None, language: str = PYTHON) -> Context | None:
         """A context not yet listed (``add`` lists it); None when the sandbox holds its
         maximum of contexts."""
         if len(self._by_id) >= _MAX_CONTEXTS:
             return None
-        return Context(secrets.token_hex(8), cwd or HOME)
+        return Context(secrets.token_hex(8), cwd or HOME, language)
+
+    def for_language(self, language: str) -> Context | None:
+        """The context a run that names only ``language`` runs in, made and listed on first
+        use; None when the sandbox holds its maximum of contexts."""
+        known = self._by_id.get(self._defaults.get(language, ""))
+        if known is not None:
+            return known
+        context = self.new(None, language)
+        if context is None or not self.add(context):
+            return None
+        self._defaults[language] = context.id
+        return context
 
     def add(self, context: Context) -> bool:
         """List ``context``; False when the sandbox reached its maximum meanwhile."""
@@ -177,7 +200,7 @@ class Contexts:
             context.id,
             context.cwd,
             # As on E2B: code and commands alike see /home/user as their home.
-            {**_E2B_ENV, **self._env_vars} if state.fresh else None,
+            self.sandbox_env if state.fresh else None,
             dict(run_env),
             sorted(state.reset),
         ]

@@ -11,6 +11,7 @@ no access token in the SDK, so they are accepted by the sandbox's unguessable id
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -23,16 +24,18 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from corral.e2b import _events
-from corral.e2b._contexts import Context
+from corral.e2b._bash import BASH, run_cell
+from corral.e2b._contexts import PYTHON, Context
 from corral.e2b._sandboxes import Sandbox
 from corral.e2b._service import fail, json_response, read_body, service_of
-from corral.engine import OutputEvent
+from corral.engine import ExecutionResult, OutputEvent
 
 __all__ = ["routes"]
 
 _BODY_BYTES = 4 * 1024 * 1024  # the engine bounds the code itself far below this
 _MAX_CWD = 4096
-_LANGUAGES = (None, "python", "py", "python3")
+_PYTHON_NAMES = (None, "python", "py", "python3")
+_UNSERVED = "corral's code interpreter runs python and bash"
 
 
 class ExecuteBody(BaseModel):
@@ -57,9 +60,14 @@ def _sandbox_id(request: Request) -> str:
     return value
 
 
-def _language(language: str | None) -> None:
-    if language not in _LANGUAGES:
-        fail(400, f"language '{language}' is not supported: corral runs Python")
+def _language(language: str | None) -> str:
+    """The context language ``language`` names (as E2B normalizes it), or a 400."""
+    name = language.strip().lower() if language is not None else None
+    if name in _PYTHON_NAMES:
+        return PYTHON
+    if name != BASH:
+        fail(400, f"language '{language}' is not supported: {_UNSERVED}")
+    return BASH
 
 
 async def execute(request: Request) -> Response:
@@ -68,10 +76,15 @@ async def execute(request: Request) -> Response:
     body: ExecuteBody = await read_body(request, ExecuteBody, max_bytes=_BODY_BYTES)
     if body.context_id is not None and body.language is not None:
         fail(400, "give context_id or language, not both")
-    _language(body.language)
-    context = sandbox.contexts.get(body.context_id or "default")
-    if context is None:
-        fail(404, f"context '{body.context_id}' not found")
+    language = _language(body.language)
+    if body.context_id is not None:
+        context = sandbox.contexts.get(body.context_id)
+        if context is None:
+            fail(404, f"context '{body.context_id}' not found")
+    else:
+        context = sandbox.contexts.for_language(language)
+        if context is None:
+            fail(429, _FULL)
     return _Execution(sandbox, context, body.code, body.env_vars or {}, service.max_run_seconds)
 
 
@@ -159,8 +172,11 @@ class _Execution(Response):
             # the operator's [e2b] max_run_seconds; never the engine's one-shot default.
             lifetime = max(1.0, sandbox.end_at - time.time())
             limits = session.limits.replace(timeout=min(self._max_run_seconds, lifetime))
+            code = self._code
+            if context.language == BASH:
+                code = run_cell(code, self._run_env, sandbox.contexts.sandbox_env)
             result = await session.run(
-                self._code,
+                code,
                 limits=limits,
                 cancel=cancel,
                 on_output=on_output,
@@ -171,11 +187,22 @@ class _Execution(Response):
             if result.restarted:
                 sandbox.contexts.interpreter_restarted(context)
             context.executions += 1
+            if context.language == BASH:
+                result = _as_bash_kernel(result)
             return [
                 *streamed.finish(result),
                 *_events.from_result(result, streamed=True),
                 _events.end_event(context.executions),
             ]
+
+
+def _as_bash_kernel(result: ExecutionResult) -> ExecutionResult:
+    """A bash context's result as E2B's bash kernel reports it: the last command's non-zero
+    status an error named "" whose value is the status, without a traceback."""
+    error = result.error
+    if error is None or error.type != "SystemExit":
+        return result
+    return dataclasses.replace(result, error=dataclasses.replace(error, type="", traceback=""))
 
 
 async def _is_folder(sandbox: Sandbox, context: Context, path: str) -> bool:
@@ -195,10 +222,10 @@ _FULL = "this sandbox holds its maximum of contexts"
 async def create_context(request: Request) -> Response:
     sandbox = service_of(request).sandbox_by_id(_sandbox_id(request))
     body: ContextBody = await read_body(request, ContextBody, max_bytes=_BODY_BYTES)
-    _language(body.language)
+    language = _language(body.language)
     if body.cwd is not None and (not body.cwd.startswith("/") or "\0" in body.cwd):
         fail(400, "cwd must be an absolute path")
-    context = sandbox.contexts.new(body.cwd)
+    context = sandbox.contexts.new(body.cwd, language)
     if context is None:
         fail(429, _FULL)
     if body.cwd is not None and not await _is_folder(sandbox, context, body.cwd):
