@@ -15,7 +15,7 @@ from corral.sandbox import DoctorReport, doctor
 from corral.sandbox.host._cgroups import discover
 
 _SCRUBBED_PREFIXES = ("CORRAL_", "MISTRAL_")
-REAL_SANDBOX_FIXTURES = frozenset({"real_engine"})
+REAL_SANDBOX_FIXTURES = frozenset({"real_engine", "one_lane"})
 """Fixtures that start corral's real sandbox: a test that uses one, directly or through
 another fixture, is marked ``isolation``."""
 

@@ -201,17 +201,23 @@ def test_two_contexts_run_side_by_side(sdk: dict[str, Any]) -> None:
 
 def test_bash_runs_as_e2bs_bash_kernel(sdk: dict[str, Any]) -> None:
     seen = ok(sdk, "bash_contexts")
+
+    def text(chunks: list[str]) -> str:  # stdout as it streamed, in chunks of any size
+        return "".join(chunks)
+
     stdout, stderr, no_error = seen["first"]
-    assert ("".join(stdout), stderr, no_error) == ("start\nto-stderr\n", [], True)  # as a pty
-    assert seen["again"] == ["42 /tmp /home/user sandbox 1000\n"]  # state lasts
-    assert seen["failed"] == [["before\n"], "", "1"]
-    assert "".join(seen["quoted"]) == "a  b it's ü\n$x\n"
-    assert seen["envs"] == ["only-this-run\n"]
-    assert seen["after"] == ["[unset] sandbox\n"]  # a run's envs are that run's only
-    assert seen["own"] == ["bash", ["[unset] /home/user\n"]]
+    assert (text(stdout), stderr, no_error) == ("start\nto-stderr\n", [], True)  # as a pty
+    assert text(seen["again"]) == "42 /tmp /home/user sandbox 1000\n"  # state lasts
+    output, name, value = seen["failed"]
+    assert (text(output), name, value) == ("before\n", "", "1")
+    assert text(seen["quoted"]) == "a  b it's ü\n$x\n"
+    assert text(seen["envs"]) == "only-this-run\n"
+    assert text(seen["after"]) == "[unset] sandbox\n"  # a run's envs are that run's only
+    language, separate = seen["own"]
+    assert (language, text(separate)) == ("bash", "[unset] /home/user\n")
     assert seen["exited"] == "3"
-    assert seen["fresh"] == ["[unset]\n"]  # a shell that exited starts afresh
-    assert seen["python"] == ["still python\n"]
+    assert text(seen["fresh"]) == "[unset]\n"  # a shell that exited starts afresh
+    assert text(seen["python"]) == "still python\n"
     assert seen["languages"] == ["bash", "bash", "python"]
     assert seen["javascript"] is True  # a 400 naming what is served
 

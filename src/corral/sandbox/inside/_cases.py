@@ -161,6 +161,16 @@ def _receive(control: socket.socket) -> tuple[bytes | None, list[int]]:
     return None, []
 
 
+def _stop_asked(control: socket.socket) -> bool | None:
+    """Whether the engine's message ends the case; None when the engine has gone."""
+    payload, extra = _receive(control)
+    for fd in extra:
+        os.close(fd)
+    if payload is None:
+        return None
+    return isinstance(decode_server_command(payload), CaseStop)
+
+
 def _child(fds: list[int], run: Callable[[], None], pristine: _pristine.Pristine) -> None:
     for fd, target in zip(fds, (_PROTOCOL_FD, 1, 2), strict=True):
         os.dup2(fd, target)
@@ -208,12 +218,10 @@ def _one_case(
                     _kill_all()
                     selector.unregister(pidfd)
                 if any(key.fileobj is control for key, _ in events):
-                    payload, extra = _receive(control)
-                    for fd in extra:
-                        os.close(fd)
-                    if payload is None:
+                    asked = _stop_asked(control)
+                    if asked is None:
                         return None
-                    if isinstance(decode_server_command(payload), CaseStop):
+                    if asked:
                         break
         finally:
             os.close(pidfd)
@@ -286,12 +294,10 @@ def _one_launched(
                     assert request is not None
                     _send(case_fd, _exec_case.report(launch, request, status, usage, cwd), deadline)
                 if control.fileno() in ready:
-                    payload, extra = _receive(control)
-                    for fd in extra:
-                        os.close(fd)
-                    if payload is None:
+                    asked = _stop_asked(control)
+                    if asked is None:
                         return None
-                    if isinstance(decode_server_command(payload), CaseStop):
+                    if asked:
                         break
         finally:
             _kill_all()

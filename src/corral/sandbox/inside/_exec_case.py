@@ -125,14 +125,7 @@ def adopt(limits: RunLimits) -> bool:
     nothing changed, when the server could not work within them (too few descriptors)."""
     if limits.open_files < _SERVER_FILES:
         return False
-    _isolate.bound_run(
-        memory_bytes=limits.memory_bytes,
-        cpu_seconds=limits.cpu_seconds,
-        pids=limits.pids,
-        file_bytes=limits.file_bytes,
-        open_files=limits.open_files,
-        session=False,
-    )
+    _isolate.bound_run_to(limits, session=False)
     # A POSIX message queue cannot be listed without mounting mqueue, so none could be
     # removed after its case: a case may create none.
     resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
@@ -225,14 +218,7 @@ def child(
     os.setsid()
     resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
     limits = request.limits
-    _isolate.bound_run(
-        memory_bytes=limits.memory_bytes,
-        cpu_seconds=limits.cpu_seconds,
-        pids=limits.pids,
-        file_bytes=limits.file_bytes,
-        open_files=limits.open_files,
-        session=False,
-    )
+    _isolate.bound_run_to(limits, session=False)
     os.chdir(cwd)
     sc.set_dumpable(True)
     env = {**os.environ, **dict(launch.env)}

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 from corral.sandbox import _syscalls as sc
 from corral.sandbox._control_protocol import NO_FILES, TEMPLATE_LAYER, SandboxFiles
+from corral.sandbox._protocol import RunLimits
 from corral.sandbox.inside._proc_masks import MASKS, PROC_MASKS
 from corral.sandbox.inside._rootfs import DATA_STAGE, DATA_TARGET
 
@@ -311,6 +312,18 @@ def bound_run(
         if hard != resource.RLIM_INFINITY:
             value = min(value, hard)
         resource.setrlimit(limit, (value, value if hard_too else hard))
+
+
+def bound_run_to(limits: RunLimits, *, session: bool) -> None:
+    """``bound_run`` with a request's limits."""
+    bound_run(
+        memory_bytes=limits.memory_bytes,
+        cpu_seconds=limits.cpu_seconds,
+        pids=limits.pids,
+        file_bytes=limits.file_bytes,
+        open_files=limits.open_files,
+        session=session,
+    )
 
 
 def _current_vm_bytes() -> int:

@@ -216,14 +216,7 @@ def _serve_one(
     prelude: Callable[[], None] | None = None,
 ) -> None:
     limits = request.limits
-    _isolate.bound_run(
-        memory_bytes=limits.memory_bytes,
-        cpu_seconds=limits.cpu_seconds,
-        pids=limits.pids,
-        file_bytes=limits.file_bytes,
-        open_files=limits.open_files,
-        session=session,
-    )
+    _isolate.bound_run_to(limits, session=session)
     _usable(cwd)
     os.chdir(cwd)
     _see_installed_packages()
