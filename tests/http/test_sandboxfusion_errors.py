@@ -186,3 +186,17 @@ async def test_bodies_that_are_not_json_objects_are_422(
             response = await client.post(route, content=body)
             assert response.status_code == 422, (route, body, response.text)
             assert response.json()["detail"]
+
+
+async def test_values_json_cannot_carry_come_back_as_written(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # Python's JSON parser (and pydantic's) accepts Infinity and NaN; an answer cannot hold them.
+    app = create_app(engine, _config(tmp_path))
+    body = b'{"code": Infinity, "language": "python", "files": {"a": [NaN, -Infinity]}}'
+    async with client_for(app) as client:
+        for route in ("/run_code", "/run_code_batch"):
+            response = await client.post(route, content=body)
+            assert response.status_code == 422, (route, response.text)
+            inputs = [item["input"] for item in response.json()["detail"]]
+            assert "inf" in inputs, inputs  # as the other 422s echo it: its repr

@@ -211,18 +211,19 @@ def install_error_handlers(app: FastAPI, *, plain_text: bool) -> None:
     app.add_exception_handler(RequestValidationError, _invalid_request)
 
 
+JSON_SAFE: dict[Any, Callable[[Any], Any]] = {
+    bytes: lambda raw: raw.decode("utf-8", "replace"),
+    # JSON has no NaN or Infinity, which Python's reader accepts and a 422 echoes.
+    float: lambda value: value if math.isfinite(value) else repr(value),
+}
+"""``jsonable_encoder``'s ``custom_encoder`` for a body's echoed input: any of it encodes."""
+
+
 async def _invalid_request(request: Request, exc: Exception) -> Response:
     """FastAPI's 422, safe for any body: its own handler fails (500) when the echoed input
     holds bytes that are not UTF-8 or a lone surrogate."""
     assert isinstance(exc, RequestValidationError)
-    errors = jsonable_encoder(
-        exc.errors(),
-        custom_encoder={
-            bytes: lambda raw: raw.decode("utf-8", "replace"),
-            # JSON has no NaN or Infinity, which Python's reader accepts and the 422 echoes.
-            float: lambda value: value if math.isfinite(value) else repr(value),
-        },
-    )
+    errors = jsonable_encoder(exc.errors(), custom_encoder=JSON_SAFE)
     try:
         return JSONResponse({"detail": errors}, 422)
     except UnicodeEncodeError:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from corral._digits import ascii_int
 from corral.engine import PYTHON_NAMES, ExecutionResult
+from corral.http._errors import JSON_SAFE
 
 __all__ = [
     "BatchBody",
@@ -108,10 +109,8 @@ def validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
 
 
 def _printable(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("utf-8", "replace")
     try:
-        return jsonable_encoder(value)
+        return jsonable_encoder(value, custom_encoder=JSON_SAFE)
     except Exception:  # noqa: BLE001 - anything odd becomes its repr
         return repr(value)
 
