@@ -101,3 +101,74 @@ async def test_a_session_runs_at_most_its_interpreters(engine: Engine) -> None:
             assert (await session.run("1", interpreter=f"n{index}")).ok
         with pytest.raises(ValueError, match="at most 16 interpreters"):
             await session.run("1", interpreter="one-too-many")
+
+
+async def test_pauses_and_a_run_beside_at_once_all_finish(real_engine: Engine) -> None:
+    # A run beside takes its own lock, then the session's to resume it; a pause takes them
+    # all: if a pause took the session's first, the two would wait for each other for ever.
+    async with await real_engine.open_session() as session:
+        assert (await session.run("x = 'beside'", interpreter="b")).ok
+        assert await session.pause("full") == "full"
+        seen: dict[str, object] = {}
+
+        async def pause(name: str) -> None:
+            seen[name] = await session.pause("full")
+
+        async def run() -> None:
+            seen["run"] = (await session.run("x", interpreter="b")).text
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pause, "first")
+                tg.start_soon(pause, "second")
+                tg.start_soon(run)
+        assert seen == {"first": "full", "second": "full", "run": "'beside'"}
+
+
+async def test_a_run_in_a_new_interpreter_waits_for_a_pause_under_way(
+    real_engine: Engine,
+) -> None:
+    async with await real_engine.open_session() as session:
+        results: dict[str, object] = {}
+
+        async def own() -> None:
+            results["own"] = (await session.run("import time; time.sleep(1.5)")).outcome
+
+        async def pause() -> None:
+            results["pause"] = await session.pause("full")
+
+        async def new() -> None:
+            done = await session.run("import time; time.sleep(2); 'ran'", interpreter="new")
+            results["new"] = (done.outcome, done.text)
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(own)
+                await anyio.wait_all_tasks_blocked()  # its run holds the session's own lock
+                tg.start_soon(pause)
+                await anyio.wait_all_tasks_blocked()  # the pause waits for that run
+                tg.start_soon(new)  # an interpreter the pause did not know when it began
+        # Not frozen in the middle: it started once the pause was over, and woke the session.
+        assert results == {"own": "ok", "pause": results["pause"], "new": ("ok", "'ran'")}
+        assert session.paused is None
+
+
+async def test_a_closing_interpreters_slot_is_not_given_to_a_new_one(real_engine: Engine) -> None:
+    async with await real_engine.open_session() as session:
+        seen: dict[str, object] = {}
+
+        async def spin() -> None:
+            seen["spin"] = (await session.run("while True: pass", interpreter="b")).outcome
+
+        async def new() -> None:
+            done = await session.run("'c ran'", interpreter="c")
+            seen["new"] = (done.outcome, done.text)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(spin)
+                await anyio.wait_all_tasks_blocked()  # b runs, in slot 1
+                tg.start_soon(session.close_interpreter, "b")
+                tg.start_soon(new)  # c must not get slot 1 while b is still being ended
+        assert seen["new"] == ("ok", "'c ran'")
+        assert seen["spin"] != "ok"

@@ -92,6 +92,10 @@ _CLOSE_GRACE = 5.0  # seconds for a run in progress to notice its session was ki
 _EXPIRY_TICK = 5.0  # seconds between idle-session sweeps
 
 
+def _always() -> bool:
+    return True
+
+
 class _Interpreter:
     """A session's side of the run path: its holder, one interpreter, its run lock.
 
@@ -113,6 +117,10 @@ class _Interpreter:
         """Called with the lock held before each run: a paused session resumes first."""
         self.on_discard: Callable[[], None] | None = None
         """Called when this interpreter is killed (slot 0's kill ends the others too)."""
+        self.settled: Callable[[], Awaitable[None]] | None = None
+        """For one beside the session's own: waits until no pause or snapshot of the
+        session is under way (``quiet``), before a run takes the lock."""
+        self.quiet: Callable[[], bool] = _always
 
     def check_open(self) -> None:
         if self.closed:
@@ -120,11 +128,20 @@ class _Interpreter:
 
     @contextlib.asynccontextmanager
     async def serial(self) -> AsyncIterator[object]:
-        async with self.lock:
+        while True:
+            if self.settled is not None:
+                await self.settled()  # not holding the lock, which a pause may be waiting for
+            await self.lock.acquire()
+            if self.settled is None or self.quiet():
+                break
+            self.lock.release()  # a pause or snapshot began meanwhile: after it
+        try:
             self.check_open()
             if self.wake is not None:
                 await self.wake()
             yield self
+        finally:
+            self.lock.release()
 
     def closing(self) -> anyio.Event:
         return self.closing_event
@@ -309,6 +326,13 @@ class Session:
         self._interpreter.on_discard = self._forget_beside
         self._beside: dict[str, _Interpreter] = {}
         """Interpreters beside its own, by name (``run(interpreter=...)``)."""
+        self._retiring: set[int] = set()
+        """Slots of interpreters being closed: not given to a new one until they are gone."""
+        self._transitions = 0
+        """Pauses and snapshots under way: each holds every interpreter's lock, and a run in
+        an interpreter beside the session's own waits for them before it takes its own."""
+        self._settled = anyio.Event()
+        self._settled.set()
         self._data_fd = -1
         self._files: SessionFiles | None = None
         self._inbound: Inbound | None = None
@@ -389,14 +413,23 @@ class Session:
         beside = self._beside.get(name)
         if beside is not None:
             return beside
-        taken = {i.slot for i in self._beside.values()}
+        taken = {i.slot for i in self._beside.values()} | self._retiring
         free = next((n for n in range(1, MAX_INTERPRETERS) if n not in taken), None)
         if free is None:
             raise ValueError(f"a session runs at most {MAX_INTERPRETERS} interpreters")
         beside = _Interpreter(self._runs, self.id, self._interpreter.holder, free)
         beside.wake = self._wake_beside
+        beside.settled = self._settled_wait
+        beside.quiet = self._quiet
         self._beside[name] = beside
         return beside
+
+    async def _settled_wait(self) -> None:
+        while self._transitions:
+            await self._settled.wait()
+
+    def _quiet(self) -> bool:
+        return not self._transitions
 
     async def _wake_beside(self) -> None:
         if self.pause_state.paused is not None:  # the session's own lock, for its resume
@@ -407,7 +440,11 @@ class Session:
         the next run of that name starts a fresh one. Nothing if there is none."""
         beside = self._beside.pop(name, None)
         if beside is not None:
-            await beside.retire()
+            self._retiring.add(beside.slot)
+            try:
+                await beside.retire()
+            finally:
+                self._retiring.discard(beside.slot)
 
     @property
     def network(self) -> SandboxNetwork:
@@ -707,11 +744,24 @@ class Session:
 
     @contextlib.asynccontextmanager
     async def _every_interpreter(self) -> AsyncIterator[None]:
-        """Hold every interpreter's lock: the runs in progress finish first."""
-        async with contextlib.AsyncExitStack() as stack:
-            for interpreter in (self._interpreter, *self._beside.values()):
-                await stack.enter_async_context(interpreter.lock)
-            yield
+        """Hold every interpreter's lock: the runs in progress finish first, and none starts
+        until this is done (one in an interpreter made meanwhile waits too).
+
+        The session's own lock is taken last: a run beside it holds its own lock when it
+        takes that one to resume the session (``_wake_beside``).
+        """
+        self._transitions += 1
+        if self._transitions == 1:
+            self._settled = anyio.Event()
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                for interpreter in (*self._beside.values(), self._interpreter):
+                    await stack.enter_async_context(interpreter.lock)
+                yield
+        finally:
+            self._transitions -= 1
+            if not self._transitions:
+                self._settled.set()
 
     async def _freeze(self, cgroup: SandboxCgroup) -> None:
         """Freeze it where it is, with its files on disk; thawed again, running as before,
@@ -884,7 +934,7 @@ class Session:
             SnapshotError: it could not be written.
         """
         keeper = self._keeps()
-        async with self._interpreter.lock:
+        async with self._every_interpreter():  # no run may go on while it thaws and freezes
             self._interpreter.check_open()
             state = self.pause_state
             if state.entry is not None and not state.frozen:  # on disk: its entry is the copy
