@@ -3,6 +3,8 @@ runs side by side, the session's files shared, and who a restart or a pause ends
 
 from __future__ import annotations
 
+import functools
+
 import anyio
 import pytest
 
@@ -172,3 +174,44 @@ async def test_a_closing_interpreters_slot_is_not_given_to_a_new_one(real_engine
                 tg.start_soon(new)  # c must not get slot 1 while b is still being ended
         assert seen["new"] == ("ok", "'c ran'")
         assert seen["spin"] != "ok"
+
+
+_PID_FILE = """
+import os, time
+for _ in range(2000):  # bounded: 10 s for the run beside to start
+    if os.path.exists('/mnt/data/b.pid') and open('/mnt/data/b.pid').read():
+        break
+    time.sleep(0.005)
+open('/mnt/data/b.pid').read()
+"""
+_STATE_OF = """
+import os, time
+for _ in range(400):  # bounded: 2 s for the holder to kill and reap it
+    try:
+        state = open('/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0]
+    except FileNotFoundError:
+        state = 'gone'
+        break
+    if state == 'Z':
+        break
+    time.sleep(0.005)
+state
+"""
+
+
+async def test_closing_one_that_left_its_process_group_still_ends_it(
+    real_engine: Engine,
+) -> None:
+    async with await real_engine.open_session() as session:
+        own_group = (await session.run("import os; os.getpgrp()")).text
+        spin = (
+            f"import os\nos.setpgid(0, {own_group})\n"
+            "open('/mnt/data/b.pid', 'w').write(str(os.getpid()))\nwhile True: pass"
+        )
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(session.run, spin, interpreter="b"))
+                pid = (await session.run(_PID_FILE)).text
+                await session.close_interpreter("b")
+        state = await session.run(_STATE_OF.format(pid=pid.strip("'")))
+        assert state.text in ("'gone'", "'Z'"), state.text

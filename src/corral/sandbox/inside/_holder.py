@@ -170,6 +170,10 @@ class _Interpreters:
         pid = self.pids.get(slot)
         if pid is None:
             return
+        # The pid too: its code may have moved itself to another group of the session. Not
+        # reaped yet, so the number is still its own.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
         # Its slot is free at once; it is reaped, unheard of, once it is gone.
@@ -178,22 +182,26 @@ class _Interpreters:
     def reap(self) -> None:
         while True:
             try:
-                pid, code = os.waitpid(-1, os.WNOHANG)
+                # A peek first: an interpreter's group is killed while its leader, a zombie,
+                # still holds the number (reaped, it could be another process's group).
+                seen = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 return
-            if pid == 0:
+            if seen is None or seen.si_pid == 0:
                 return
+            slot = next((s for s, p in self.pids.items() if p == seen.si_pid), None)
+            if slot:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(seen.si_pid, signal.SIGKILL)  # what it left in its group
+            pid, code = os.waitpid(seen.si_pid, 0)
             if self.commands.reaped(pid, code):
                 continue
-            slot = next((s for s, p in self.pids.items() if p == pid), None)
             if slot == 0:
                 self.pids.pop(0)
                 _kill_everyone_else(self.commands)
                 self._send_exit(0, os.waitstatus_to_exitcode(code))
                 self._exited(sorted(self.pids), -signal.SIGKILL)
             elif slot is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)  # what it left in its group
                 self.pids.pop(slot)
                 self._send_exit(slot, os.waitstatus_to_exitcode(code))
 
