@@ -199,3 +199,16 @@ def test_bounds_are_the_same_but_for_fewer_cpu_seconds() -> None:
     assert not _exec_case.same_bounds(adopted, _limits(12))
     other = RunLimits(**{**{n: getattr(adopted, n) for n in RunLimits.__slots__}, "pids": 2})
     assert not _exec_case.same_bounds(adopted, other)
+
+
+async def test_a_program_the_kernel_will_not_run_is_the_runs_error(one_lane: Engine) -> None:
+    if "rust" not in SERVED:
+        pytest.skip(f"no rust toolchain here: {discover_languages().missing['rust']}")
+    library = '#![crate_type = "lib"]\npub fn f() {}\n'  # compiles to an rlib, not a program
+    batch = await one_lane.run_cases(library, [Case(), Case()], language="rust", compile_timeout=60)
+    fresh = await one_lane.run(library, language="rust", compile_timeout=60)
+    assert fresh.outcome == "python_error" and fresh.error is not None
+    for case in batch:  # the server lives on: both cases answer, as the fresh run does
+        assert case.outcome == fresh.outcome, (case.outcome, case.message)
+        assert case.error is not None and case.error.type == fresh.error.type
+        assert "Exec format error" in case.stderr

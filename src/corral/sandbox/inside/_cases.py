@@ -281,10 +281,16 @@ def _one_launched(
                         stdin = begun.stdin
                         held.append(-1 if stdin is None else stdin)
                         _send(case_fd, [_STARTED], deadline)
-                        pid = _start(launch, request, begun, stdout, stderr, cwd, state)
-                        pidfd = os.pidfd_open(pid)
-                        held.append(pidfd)
-                        selector.register(pidfd, selectors.EVENT_READ)
+                        try:
+                            pid = _start(launch, request, begun, stdout, stderr, cwd, state)
+                        except OSError as exc:  # not a program the kernel runs: the run's error
+                            frames = _exec_case.not_started(exc, stderr)
+                            _let_go(held, (stdout, stderr, stdin))
+                            _send(case_fd, frames, deadline)
+                        else:
+                            pidfd = os.pidfd_open(pid)
+                            held.append(pidfd)
+                            selector.register(pidfd, selectors.EVENT_READ)
                     _let_go(held, (stdout, stderr, stdin))
                 if pidfd in ready:
                     selector.unregister(pidfd)
@@ -351,7 +357,7 @@ def _request(case_fd: int) -> RunRequest | None:
     """The case's request, or None when the engine hung up on the case without one."""
     try:
         return decode_request(read_frame_sync(case_fd, MAX_REQUEST))
-    except (EOFError, OSError, ValueError, KeyError, TypeError):
+    except (EOFError, OSError, ValueError, KeyError, TypeError, MemoryError):
         return None
 
 

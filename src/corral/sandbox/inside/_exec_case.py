@@ -53,6 +53,7 @@ __all__ = [
     "adopt",
     "begin",
     "child",
+    "not_started",
     "report",
     "same_bounds",
     "seal_descriptors",
@@ -70,6 +71,7 @@ _SERVER_FILES = 32
 """Descriptors a case server needs of its own (control and case sockets, pipes, a selector,
 a pidfd, the restore's walk): with fewer, its cases are forked and lower their own limits."""
 _TIRED_SHARE = 0.5  # of its CPU limit a server may use before it retires
+_LEAST_CPU_LEFT_SECONDS = 1.0  # of its CPU limit a server keeps for a case's report and restore
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _RESTORED_SIGNALS = ("SIGPIPE", "SIGXFZ", "SIGXFSZ")
 """What Python ignores at start and ``subprocess`` puts back before an exec: an ignored signal
@@ -144,7 +146,20 @@ def tired(adopted: RunLimits) -> bool:
     """Whether the server has used so much of its own CPU limit (the adopted one) that a
     case could see it killed: the engine then takes a new server."""
     own = resource.getrusage(resource.RUSAGE_SELF)
-    return own.ru_utime + own.ru_stime > adopted.cpu_seconds * _TIRED_SHARE
+    used = own.ru_utime + own.ru_stime
+    return used > adopted.cpu_seconds * _TIRED_SHARE or (
+        adopted.cpu_seconds - used < _LEAST_CPU_LEFT_SECONDS
+    )
+
+
+def not_started(exc: OSError, stderr: int) -> list[bytes]:
+    """The report of a case whose program the kernel would not run (not an executable, a
+    format it does not know): an error of the run, said on its stderr, as the driver's
+    spawn would have raised it."""
+    with contextlib.suppress(OSError):
+        os.write(stderr, f"corral: cannot run the program: {exc}\n".encode(errors="replace"))
+    done = Done(error=ErrorReport(type(exc).__name__, str(exc), ""))
+    return [encode_message(done)]
 
 
 def seal_descriptors() -> None:
