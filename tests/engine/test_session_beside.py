@@ -213,5 +213,6 @@ async def test_closing_one_that_left_its_process_group_still_ends_it(
                 tg.start_soon(functools.partial(session.run, spin, interpreter="b"))
                 pid = (await session.run(_PID_FILE)).text
                 await session.close_interpreter("b")
+        assert pid is not None
         state = await session.run(_STATE_OF.format(pid=pid.strip("'")))
         assert state.text in ("'gone'", "'Z'"), state.text
