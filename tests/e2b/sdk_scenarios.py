@@ -824,6 +824,24 @@ def bash_contexts() -> dict[str, Any]:
         after = sbx.run_code('echo "[${ONE-unset}] $GLOBAL"', language="bash")
         own = sbx.create_code_context(language="bash", cwd="/home/user")
         separate = sbx.run_code('echo "[${x-unset}] $PWD"', context=own)
+        job = "".join(sbx.run_code("sleep 300 & echo $!", context=own).logs.stdout).strip()
+        sbx.remove_code_context(own)
+        job_gone = sbx.run_code(
+            "import os, time\n"
+            "for _ in range(400):\n"  # bounded: 2 s
+            f"    if not os.path.exists('/proc/{job}'):\n"
+            "        break\n"
+            "    time.sleep(0.005)\n"
+            f"not os.path.exists('/proc/{job}')"
+        ).text
+        traced = sbx.run_code("set -xv; echo traced; set +xv", language="bash")
+        shadowed = sbx.run_code("printf() { :; }; eval() { :; }; echo shadowed", language="bash")
+        after_trace = sbx.run_code("unset -f printf eval; echo after", language="bash")
+        try:
+            sbx.run_code("echo", language="bash", envs={"A B": "x"})
+            bad_name: Any = None
+        except Exception as exc:  # noqa: BLE001 - what the SDK raises is what is seen
+            bad_name = "shell names" in str(exc)
         exited = sbx.run_code("exit 3", language="bash")
         fresh = sbx.run_code('echo "[${x-unset}]"', language="bash")
         python = sbx.run_code("print('still python')")
@@ -838,9 +856,14 @@ def bash_contexts() -> dict[str, Any]:
             "again": again.logs.stdout,
             "failed": [failed.logs.stdout, failed.error.name, failed.error.value],
             "quoted": quoted.logs.stdout,
+            "traced": [traced.error is None, "traced\n" in "".join(traced.logs.stdout)],
+            "shadowed": shadowed.logs.stdout,
+            "after_trace": after_trace.logs.stdout,
+            "bad_name": bad_name,
             "envs": envs.logs.stdout,
             "after": after.logs.stdout,
             "own": [own.language, separate.logs.stdout],
+            "job_gone": job_gone,
             "exited": exited.error.value if exited.error else None,
             "fresh": fresh.logs.stdout,
             "python": python.logs.stdout,

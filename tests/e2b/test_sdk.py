@@ -211,14 +211,19 @@ def test_bash_runs_as_e2bs_bash_kernel(sdk: dict[str, Any]) -> None:
     output, name, value = seen["failed"]
     assert (text(output), name, value) == ("before\n", "", "1")
     assert text(seen["quoted"]) == "a  b it's ü\n$x\n"
+    assert seen["traced"] == [True, True]  # its own trace never ends a run early
+    assert text(seen["shadowed"]) == "shadowed\n"  # nor functions named as its commands
+    assert text(seen["after_trace"]) == "after\n"  # and no status is left for a later run
+    assert seen["bad_name"] is True
     assert text(seen["envs"]) == "only-this-run\n"
     assert text(seen["after"]) == "[unset] sandbox\n"  # a run's envs are that run's only
     language, separate = seen["own"]
     assert (language, text(separate)) == ("bash", "[unset] /home/user\n")
+    assert seen["job_gone"] == "True"  # a removed context's shell takes its jobs along
     assert seen["exited"] == "3"
     assert text(seen["fresh"]) == "[unset]\n"  # a shell that exited starts afresh
     assert text(seen["python"]) == "still python\n"
-    assert seen["languages"] == ["bash", "bash", "python"]
+    assert seen["languages"] == ["bash", "python"]  # its own context was removed
     assert seen["javascript"] is True  # a 400 naming what is served
 
 

@@ -5,81 +5,127 @@ E2B runs ``language="bash"`` on Jupyter's bash kernel: one bash per context whos
 and stderr alike, through a terminal) streamed as stdout, and a run whose last command exits
 non-zero an error named ``""`` whose value is the exit status. Here a bash context is a
 context (an interpreter beside the session's own) whose runs are one call of a helper module
-in that interpreter: it starts ``bash`` once (its own process group, the context's folder and
-environment), hands it each run's code through ``eval`` with stdin at EOF, streams what it
-prints until a random end mark carrying ``$?``, and ends the run with ``SystemExit(status)``
-when the status is not 0, which the code interpreter reports as E2B's bash kernel does. A
-run's ``env_vars`` are exported for it and then set back to the sandbox's value or unset,
-as E2B does. An interrupt (the SDK's timeout) kills the bash's process group and the next
-run starts a new bash, as does code that exits the shell: the kernel restarts bash too.
+in that interpreter: it starts ``bash`` once (in the interpreter's process group, the
+context's folder and environment), hands it each run's code through ``builtin eval`` with
+stdin at EOF, streams what it prints, and learns that the run is over, and its status, from a
+pipe of its own that the code cannot write to (closed for it, its number read-only); a
+status that is not 0 ends the run with ``SystemExit(status)``, which the code interpreter
+reports as E2B's bash kernel does. A run's ``env_vars`` (shell names only) are exported for it
+and then set back to the sandbox's value or unset, as E2B does. An interrupt (the SDK's
+timeout) kills the shell and everything of the interpreter's process group but the
+interpreter, and the next run starts a new bash, as does code that exits the shell (the
+kernel restarts bash too); closing the context kills that group with the interpreter.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 
-__all__ = ["BASH", "run_cell"]
+__all__ = ["BASH", "SHELL_NAME", "run_cell"]
 
 BASH = "bash"
 
 _HELPER = r"""
-import codecs, os, secrets, signal, subprocess, sys
+import codecs, os, select, signal, subprocess, sys
 shell = None
-mark = ("__corral_end_" + secrets.token_hex(8) + "__").encode()
+status_fd = -1
 def _quote(text):
     return "'" + text.replace("'", "'\\''") + "'"
 def _out(text):
     if text:
         sys.stdout.write(text)
         sys.stdout.flush()
-def run(code, run_env, restore):
-    global shell
-    if shell is None or shell.poll() is not None:
+def _start():
+    global shell, status_fd
+    read_end, write_end = os.pipe()
+    try:
         shell = subprocess.Popen(
             ["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, process_group=0,
+            stderr=subprocess.STDOUT, pass_fds=(write_end,),
         )
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    status_fd = read_end
+    shell.stdin.write(f"declare -r __corral_status={write_end}\n".encode())
+def _stop():
+    global shell, status_fd
+    mine, group = os.getpid(), os.getpgrp()
+    for name in os.listdir("/proc"):  # the shell and what it runs share our process group
+        if name.isdigit() and int(name) != mine:
+            try:
+                with open(f"/proc/{name}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[3]) == group:
+                        os.kill(int(name), signal.SIGKILL)
+            except (OSError, ValueError, IndexError):
+                pass
+    if shell is not None:
+        shell.wait()
+    if status_fd >= 0:
+        os.close(status_fd)
+    shell, status_fd = None, -1
+def _drain(fd, decoder):
+    os.set_blocking(fd, False)
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            _out(decoder.decode(chunk))
+    finally:
+        os.set_blocking(fd, True)
+def run(code, run_env, restore):
+    if shell is None or shell.poll() is not None:
+        if shell is not None:
+            _stop()
+        _start()
     lines = [f"export {key}={_quote(value)}" for key, value in run_env.items()]
-    lines.append(f"eval -- {_quote(code)} </dev/null")
-    lines.append(f"printf '%s%s\\n' {mark.decode()} \"$?\"")
+    lines.append(f"builtin eval -- {_quote(code)} </dev/null {{__corral_status}}>&-")
+    lines.append('{ builtin printf "%s\\n" "$?" >&"$__corral_status"; } 2>/dev/null')
     for key, value in restore:
         lines.append(f"unset {key}" if value is None else f"export {key}={_quote(value)}")
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    pending = b""
+    output, status_text, status = shell.stdout.fileno(), b"", None
+    watched = [output, status_fd]
     try:
         shell.stdin.write(("\n".join(lines) + "\n").encode("utf-8", "replace"))
         shell.stdin.flush()
-        while True:
-            chunk = os.read(shell.stdout.fileno(), 65536)
-            if not chunk:  # the code exited the shell: its status is the run's
-                _out(decoder.decode(pending, final=True))
-                status = shell.wait()
-                shell = None
-                break
-            pending += chunk
-            at = pending.find(mark)
-            if at >= 0:
-                end = pending.find(b"\n", at)
-                if end < 0:
-                    continue
-                _out(decoder.decode(pending[:at], final=True))
-                status = int(pending[at + len(mark):end])
-                break
-            _out(decoder.decode(pending[:-len(mark)]))
-            pending = pending[-len(mark):]
+        while status is None:
+            ready, _, _ = select.select(watched, [], [])
+            if output in ready:
+                chunk = os.read(output, 65536)
+                if chunk:
+                    _out(decoder.decode(chunk))
+                else:  # the shell's stdout is closed (exec >&-): only its status is left
+                    watched.remove(output)
+            if status_fd in ready:
+                piece = os.read(status_fd, 64)
+                status_text += piece
+                if output in watched and (not piece or status_text.endswith(b"\n")):
+                    _drain(output, decoder)
+                if not piece:  # the code exited the shell: its status is the run's
+                    status = shell.wait()
+                    _stop()
+                elif status_text.endswith(b"\n"):
+                    status = int(status_text)
+        _out(decoder.decode(b"", final=True))
     except BaseException:
-        if shell is not None:
-            try:
-                os.killpg(shell.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            shell.wait()
-            shell = None
+        _stop()
         raise
     if status:
         raise SystemExit(status)
 """
+
+
+SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""What a variable a run's ``env_vars`` sets in a shell may be named."""
 
 
 def run_cell(code: str, run_env: Mapping[str, str], sandbox_env: Mapping[str, str]) -> str:

@@ -24,7 +24,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from corral.e2b import _events
-from corral.e2b._bash import BASH, run_cell
+from corral.e2b._bash import BASH, SHELL_NAME, run_cell
 from corral.e2b._contexts import PYTHON, Context
 from corral.e2b._sandboxes import Sandbox
 from corral.e2b._service import fail, json_response, read_body, service_of
@@ -85,6 +85,9 @@ async def execute(request: Request) -> Response:
         context = sandbox.contexts.for_language(language)
         if context is None:
             fail(429, _FULL)
+    bad = [k for k in body.env_vars or {} if not SHELL_NAME.fullmatch(k)]
+    if context.language == BASH and bad:
+        fail(400, f"env_vars of a bash run must be shell names, not {bad[0]!r}")
     return _Execution(sandbox, context, body.code, body.env_vars or {}, service.max_run_seconds)
 
 
