@@ -207,8 +207,10 @@ async def test_a_program_the_kernel_will_not_run_is_the_runs_error(one_lane: Eng
     library = '#![crate_type = "lib"]\npub fn f() {}\n'  # compiles to an rlib, not a program
     batch = await one_lane.run_cases(library, [Case(), Case()], language="rust", compile_timeout=60)
     fresh = await one_lane.run(library, language="rust", compile_timeout=60)
-    assert fresh.outcome == "python_error" and fresh.error is not None
+    assert fresh.outcome == "python_error"
+    assert fresh.error is not None
     for case in batch:  # the server lives on: both cases answer, as the fresh run does
         assert case.outcome == fresh.outcome, (case.outcome, case.message)
-        assert case.error is not None and case.error.type == fresh.error.type
+        assert case.error is not None
+        assert case.error.type == fresh.error.type
         assert "Exec format error" in case.stderr
