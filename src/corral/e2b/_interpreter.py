@@ -143,6 +143,10 @@ class _Execution(Response):
         session = sandbox.session
         # A lock per context: runs in other contexts go on beside this one.
         async with context.lock:
+            if sandbox.contexts.get(context.id) is not context:
+                # Removed while this run waited: its interpreter is gone, and must stay so.
+                removed = _events.error_event("RuntimeError", "the context was removed", "")
+                return [removed, _events.end_event(context.executions)]
             preparation = sandbox.contexts.preparation(context, self._run_env)
             if preparation is not None:
                 prepared = await session.run(
@@ -231,7 +235,13 @@ async def create_context(request: Request) -> Response:
     context = sandbox.contexts.new(body.cwd, language)
     if context is None:
         fail(429, _FULL)
-    if body.cwd is not None and not await _is_folder(sandbox, context, body.cwd):
+    try:
+        folder = body.cwd is None or await _is_folder(sandbox, context, body.cwd)
+    except BaseException:
+        with anyio.CancelScope(shield=True):  # its interpreter must not outlive the call
+            await sandbox.session.close_interpreter(context.interpreter)
+        raise
+    if not folder:
         await sandbox.session.close_interpreter(context.interpreter)
         fail(400, f"cwd {body.cwd!r} is not a folder in the sandbox")
     if not sandbox.contexts.add(context):
