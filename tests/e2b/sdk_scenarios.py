@@ -1102,11 +1102,12 @@ def pty() -> dict[str, Any]:
         }
 
 
-def _events_until(handle: Any, name: str) -> list[list[str]]:
-    """``get_new_events`` until one names ``name`` (each call a round trip; bounded)."""
+def _events_until(handle: Any, name: str, kind: str | None = None) -> list[list[str]]:
+    """``get_new_events`` until one names ``name`` (and is of ``kind``, when given; each call
+    a round trip; bounded): the events of one write may come in separate answers."""
     seen: list[list[str]] = []
     deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline and not any(n == name for n, _ in seen):
+    while time.monotonic() < deadline and not any(n == name and kind in (None, k) for n, k in seen):
         seen += [[e.name, e.type.value] for e in handle.get_new_events()]
     return seen
 
@@ -1124,7 +1125,7 @@ def watch_dir() -> dict[str, Any]:
         sbx.files.make_dir("/home/user/watched/deep")
         handle = sbx.files.watch_dir("/home/user/watched")
         sbx.run_code("open('/home/user/watched/made.txt', 'w').write('by code')")
-        found["flat"] = _events_until(handle, "made.txt")
+        found["flat"] = _events_until(handle, "made.txt", "write")
         handle.stop()
         deep = sbx.files.watch_dir("/home/user/watched", recursive=True)
         sbx.run_code("import os\nos.makedirs('/home/user/watched/deep/new')\n"
