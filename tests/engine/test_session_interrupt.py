@@ -10,6 +10,7 @@ import pytest
 
 from corral._limits import Limits
 from corral.engine import Engine, OutputEvent, Session
+from corral.sandbox import Holder
 
 pytestmark = [pytest.mark.anyio, pytest.mark.isolation]
 
@@ -139,3 +140,14 @@ async def test_a_bad_answer_after_the_interrupt_gets_it_restarted(session: Sessi
     assert (late.outcome, late.restarted) == ("timeout", True)
     after = await session.run("'x' in globals()")
     assert after.result == {"text/plain": "False"}
+
+
+async def test_interrupts_nobody_waits_on_leave_no_answer_behind(session: Session) -> None:
+    for _ in range(3):  # without keep_state, a deadline interrupts through the run's signaller
+        late = await session.run(SPIN, limits=SHORT)
+        assert (late.outcome, late.restarted) == ("timeout", True)
+    holder = session._interpreter.holder
+    await holder.interrupt_interpreter()  # one a caller waits on, answered and forgotten
+    assert (await session.run("6 * 7")).result == {"text/plain": "42"}
+    assert isinstance(holder, Holder)
+    assert holder._answered == set()

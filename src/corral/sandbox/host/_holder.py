@@ -76,6 +76,9 @@ class Holder:
         self._exits: dict[int, int] = {}
         """Exits heard of per slot since its last start (a waiter counts from its own)."""
         self._answered: set[int] = set()
+        self._awaited: set[int] = set()
+        """Interrupts a caller waits to hear answered: only those answers are kept (one
+        sent by a run's own signaller is answered too, and nobody asks)."""
         ctl.setblocking(False)
 
     @property
@@ -105,7 +108,8 @@ class Holder:
             self._started.add(message.slot)
             self.alive.add(message.slot)
         elif isinstance(message, Interrupted):
-            self._answered.add(message.n)
+            if message.n in self._awaited:
+                self._answered.add(message.n)
         else:
             self.alive.discard(message.slot)
             self._exits[message.slot] = self._exits.get(message.slot, 0) + 1
@@ -256,12 +260,16 @@ class Holder:
         """
         self._interrupts += 1
         number = self._interrupts
+        self._awaited.add(number)
         try:
-            self._tell(Interrupt(n=number, slot=slot))
-        except OSError as exc:
-            raise WorkerCrashed(f"the session holder is gone: {exc}") from exc
-        await self._until(lambda: number in self._answered)
-        self._answered.discard(number)
+            try:
+                self._tell(Interrupt(n=number, slot=slot))
+            except OSError as exc:
+                raise WorkerCrashed(f"the session holder is gone: {exc}") from exc
+            await self._until(lambda: number in self._answered)
+        finally:  # answered, or given up on: nothing of it stays
+            self._awaited.discard(number)
+            self._answered.discard(number)
 
     def _signal_interpreter(self, slot: int, signum: int) -> None:
         if signum == signal.SIGINT:
