@@ -224,9 +224,11 @@ class _Interpreter:
                 pass
         worker, self.worker = self.worker, None
         if worker is not None:
-            with contextlib.suppress(WorkerError):
-                await self.holder.kill_interpreter(self.slot)
-            worker.close()
+            try:
+                with anyio.CancelScope(shield=True), contextlib.suppress(WorkerError):
+                    await self.holder.kill_interpreter(self.slot)  # bounded by the holder's wait
+            finally:
+                worker.close()
 
     def stopped(self, job: Job, evidence: Evidence) -> ExecutionResult:
         outcome, what = stop_message(job)
