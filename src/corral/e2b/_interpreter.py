@@ -85,9 +85,10 @@ async def execute(request: Request) -> Response:
         context = sandbox.contexts.for_language(language)
         if context is None:
             fail(429, _FULL)
-    bad = [k for k in body.env_vars or {} if not SHELL_NAME.fullmatch(k)]
-    if context.language == BASH and bad:
-        fail(400, f"env_vars of a bash run must be shell names, not {bad[0]!r}")
+    if context.language == BASH:
+        bad = next((k for k in body.env_vars or {} if not SHELL_NAME.fullmatch(k)), None)
+        if bad is not None:
+            fail(400, f"env_vars of a bash run must be shell names, not {bad!r}")
     return _Execution(sandbox, context, body.code, body.env_vars or {}, service.max_run_seconds)
 
 

@@ -62,7 +62,6 @@ import array
 import contextlib
 import functools
 import os
-import resource
 import selectors
 import signal
 import socket
@@ -179,9 +178,7 @@ def _child(fds: list[int], run: Callable[[], None], pristine: _pristine.Pristine
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _pristine.apply(pristine)
     os.setsid()  # its own autogroup: one whose nice value the case may raise dies with it
-    # A POSIX message queue cannot be listed without mounting mqueue, so none could be
-    # removed after its case: a case may create none.
-    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
+    _pristine.forbid_message_queues()
     run()
 
 
@@ -275,23 +272,24 @@ def _one_launched(
                 if case_fd in ready:
                     selector.unregister(case_fd)  # one request per case, nothing after it
                     request = _request(case_fd)
-                    stdin = None
+                    stdin, failed = None, None
                     if request is not None:
                         begun = _exec_case.begin(launch, request, cwd, stderr)
                         stdin = begun.stdin
-                        held.append(-1 if stdin is None else stdin)
+                        if stdin is not None:
+                            held.append(stdin)
                         _send(case_fd, [_STARTED], deadline)
                         try:
                             pid = _start(launch, request, begun, stdout, stderr, cwd, state)
                         except OSError as exc:  # not a program the kernel runs: the run's error
-                            frames = _exec_case.not_started(exc, stderr)
-                            _let_go(held, (stdout, stderr, stdin))
-                            _send(case_fd, frames, deadline)
+                            failed = _exec_case.not_started(exc, stderr)
                         else:
                             pidfd = os.pidfd_open(pid)
                             held.append(pidfd)
                             selector.register(pidfd, selectors.EVENT_READ)
-                    _let_go(held, (stdout, stderr, stdin))
+                    _let_go(held, (stdout, stderr, stdin))  # the program has them, or none will
+                    if failed is not None:
+                        _send(case_fd, failed, deadline)
                 if pidfd in ready:
                     selector.unregister(pidfd)
                     _pid, status, usage = os.wait4(pid, 0)
@@ -345,12 +343,11 @@ def _start(
 
 
 def _let_go(held: list[int], fds: tuple[int | None, ...]) -> None:
-    """Close those of ``fds`` still in ``held`` (-1 and None stand for no descriptor)."""
+    """Close those of ``fds`` still in ``held`` (None: no descriptor)."""
     for fd in fds:
         if fd is not None and fd in held:
             held.remove(fd)
-            if fd >= 0:
-                os.close(fd)
+            os.close(fd)
 
 
 def _request(case_fd: int) -> RunRequest | None:

@@ -20,9 +20,9 @@ session of its own with the case's descriptors as 0-2 and nothing else of the se
 settings (checked pristine after every case, ``_pristine``), the run's rlimits (hard, so it
 cannot raise them), and every wall of the sandbox (namespaces, uid 1000, no capabilities,
 no_new_privs, the seccomp allowlist, the cgroup). The server's own CPU limit is then the
-case's: it retires once it has used half of it (``tired``). A server that cannot live within a
-case's limits (fewer than ``_SERVER_FILES`` descriptors) forks each case instead, whose
-``child`` lowers its own limits before the exec.
+case's: it retires once it has used half of it, or has less than a second left (``tired``).
+A server that cannot live within a case's limits (fewer than ``_SERVER_FILES`` descriptors)
+forks each case instead, whose ``child`` lowers its own limits before the exec.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from corral.sandbox._protocol import (
 )
 from corral.sandbox.inside import _feed, _isolate, _pristine
 from corral.sandbox.inside._walk import collect_files
+from corral.sandbox.inside._workdir import make_usable
 
 __all__ = [
     "Begun",
@@ -62,7 +63,6 @@ __all__ = [
 ]
 
 _EXECUTABLE = 0o755
-_FOLDER_MODE = 0o755  # a working folder's mode when it is made
 _MIB = 1024 * 1024
 _DEFAULT_HEAP_MB = 1024  # a JVM's heap when nothing bounds the address space
 _LEAST_HEAP_MB = 32
@@ -87,20 +87,13 @@ class Begun:
     extra_argv: tuple[str, ...]
 
 
-def _usable(folder: str) -> None:
-    """The working folder's owner may use it again (a case may have taken that away)."""
-    if not os.access(folder, os.R_OK | os.W_OK | os.X_OK):
-        with contextlib.suppress(OSError):
-            os.chmod(folder, _FOLDER_MODE)
-
-
 def begin(launch: Launch, request: RunRequest, cwd: str, stderr: int) -> Begun:
     """Write the case's files into ``cwd``, make the program executable, ready its stdin.
 
     Runs in the server, while no process of any case is left (the last one was killed,
     reaped and its folders restored), so nothing can move a path under it.
     """
-    _usable(cwd)
+    make_usable(cwd)
     _feed.place_files(request.files, cwd, stderr)
     for name in launch.executables:
         with contextlib.suppress(OSError):  # not in the request: the exec says so
@@ -128,9 +121,7 @@ def adopt(limits: RunLimits) -> bool:
     if limits.open_files < _SERVER_FILES:
         return False
     _isolate.bound_run_to(limits, session=False)
-    # A POSIX message queue cannot be listed without mounting mqueue, so none could be
-    # removed after its case: a case may create none.
-    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
+    _pristine.forbid_message_queues()
     return True
 
 
@@ -231,9 +222,8 @@ def child(
         signal.signal(number, signal.SIG_DFL)
     _pristine.apply(pristine)
     os.setsid()
-    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
-    limits = request.limits
-    _isolate.bound_run_to(limits, session=False)
+    _pristine.forbid_message_queues()
+    _isolate.bound_run_to(request.limits, session=False)
     os.chdir(cwd)
     sc.set_dumpable(True)
     env = {**os.environ, **dict(launch.env)}
@@ -263,7 +253,7 @@ def report(
     for name in launch.artifact:
         with contextlib.suppress(OSError, ValueError):  # the program removed or replaced it
             _remove(cwd, name)
-    _usable(cwd)
+    make_usable(cwd)
     limits = request.limits
     collected = collect_files(cwd, limits.max_files, limits.max_file_bytes)
     code = os.waitstatus_to_exitcode(status)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from corral.sandbox import _syscalls as sc
 
-__all__ = ["Pristine", "apply", "capture", "changed"]
+__all__ = ["Pristine", "apply", "capture", "changed", "forbid_message_queues"]
 
 _RLIMITS = tuple(sorted({getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")}))
 _POLICY, _FLAGS, _NICE, _PRIORITY = range(4)
@@ -89,3 +89,9 @@ def apply(pristine: Pristine) -> None:
     os.sched_setscheduler(0, policy, os.sched_param(scheduler[_PRIORITY]))
     os.setpriority(os.PRIO_PROCESS, 0, scheduler[_NICE])
     os.sched_setaffinity(0, pristine.affinity)
+
+
+def forbid_message_queues() -> None:
+    """No POSIX message queue for a case: one cannot be listed without mounting ``mqueue``,
+    so none could be removed after its case."""
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))

@@ -54,7 +54,13 @@ from corral.sandbox.inside._cell import (
 )
 from corral.sandbox.inside._fitting import DisplaySender, clip, fit_result
 from corral.sandbox.inside._walk import collect_files
-from corral.sandbox.inside._workdir import Snapshot, changed_since, link_sources, snapshot
+from corral.sandbox.inside._workdir import (
+    Snapshot,
+    changed_since,
+    link_sources,
+    make_usable,
+    snapshot,
+)
 
 __all__ = [
     "DISPLAY",
@@ -66,7 +72,6 @@ __all__ = [
 
 PROTOCOL_FD = 3
 _LINGER_READ = 4096  # bytes read at a time while waiting for the engine to hang up
-_FOLDER_MODE = 0o755  # a working folder's mode when it is made
 DISPLAY = Display()
 SENDER = DisplaySender()
 DISPLAY.sink = SENDER
@@ -159,14 +164,6 @@ def _report(
     return [encode_message(done), *(encode_bytes(c) for c in contents)]
 
 
-def _usable(folder: str) -> None:
-    """Give the working folder back its owner's access if the code took it away (``chmod 0
-    .``): its files are reported from it, and a session's next run starts in it."""
-    if not os.access(folder, os.R_OK | os.W_OK | os.X_OK):
-        with contextlib.suppress(OSError):
-            os.chmod(folder, _FOLDER_MODE)
-
-
 def _on_error(text: str) -> None:
     sys.stderr.write(text)
 
@@ -217,7 +214,7 @@ def _serve_one(
 ) -> None:
     limits = request.limits
     _isolate.bound_run_to(limits, session=session)
-    _usable(cwd)
+    make_usable(cwd)
     os.chdir(cwd)
     _see_installed_packages()
     if not session:
@@ -245,7 +242,7 @@ def _serve_one(
     else:
         output = execute_cell(request.code, namespace, DISPLAY, _on_error, filename, cell, prelude)
     _flush()
-    _usable(cwd)
+    make_usable(cwd)
     frames = _report(limits, output, cwd, session, before)
     with _WRITE:
         # Display from a thread the code left running has no run to go to until the next one.

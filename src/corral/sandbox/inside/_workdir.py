@@ -17,7 +17,9 @@ from collections.abc import Callable
 from corral.sandbox._protocol import InputSpec
 from corral.sandbox.inside._fitting import escape_name
 
-__all__ = ["Snapshot", "changed_paths", "changed_since", "link_sources", "snapshot"]
+__all__ = ["Snapshot", "changed_paths", "changed_since", "link_sources", "make_usable", "snapshot"]
+
+_FOLDER_MODE = 0o755  # a working folder's mode when it is made
 
 _SNAPSHOT_ENTRIES = 100_000
 """Entries (files and folders) listed before a session run; past this, the files not seen
@@ -35,6 +37,14 @@ def _plain_name(name: object) -> bool:
         and "/" not in name
         and "\x00" not in name
     )
+
+
+def make_usable(folder: str) -> None:
+    """Give the working folder back its owner's access if the code took it away (``chmod 0
+    .``): its files are reported from it, and the next run starts in it."""
+    if not os.access(folder, os.R_OK | os.W_OK | os.X_OK):
+        with contextlib.suppress(OSError):
+            os.chmod(folder, _FOLDER_MODE)
 
 
 def link_sources(items: tuple[InputSpec, ...], cwd: str) -> None:
