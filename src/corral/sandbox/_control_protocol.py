@@ -450,9 +450,16 @@ def _field_names(kind: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(kind))
 
 
+# One encoder, made at import: ``json.dumps`` with separators builds a new one per call, and
+# every object the zygote touches between two clones costs it a copied page.
+_encode_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def encode(message: ControlMessage) -> bytes:
     """The packet for ``message``."""
-    return json.dumps({"t": message.KIND, **_plain(message)}, separators=(",", ":")).encode()
+    packet = _plain(message)
+    packet["t"] = message.KIND
+    return _encode_json(packet).encode()
 
 
 _Check = Callable[[Any], Any]

@@ -13,7 +13,6 @@ Standard library only: the zygote and the workers import it.
 from __future__ import annotations
 
 import array
-import contextlib
 import os
 import socket
 from collections.abc import Iterable
@@ -83,8 +82,10 @@ class Descriptors:
     def close(self) -> None:
         held, self._held = self._held, []
         for fd in held:
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105 - no context manager per descriptor on the zygote's spawn path
                 os.close(fd)
+            except OSError:
+                pass
 
     def __len__(self) -> int:
         return len(self._held)

@@ -40,6 +40,8 @@ SPARES = 32
 """Empty cgroups kept, per zygote folder, for the next spawns (about a pool and a capacity)."""
 _SPARE = "spare-"
 _EVENTS_BYTES = 4096  # an events file is a few short lines
+_KNOB_SETS = 16
+"""Distinct sets of knobs remembered per hierarchy (a pool's, a few runs' own limits)."""
 
 
 @dataclass(slots=True)
@@ -87,9 +89,12 @@ class CgroupFolders:
         the zygote's own) and the group's name."""
         self._oom_base: dict[int, int] = {}
         """Per worker uid, the memory kills its (reused) cgroup had counted before it."""
-        self._spares: list[str] = []
-        """Names of the empty cgroups (in every hierarchy, outside any group) to reuse."""
+        self._spares: list[tuple[str, int]] = []
+        """The empty cgroups (in every hierarchy, outside any group) to reuse: each one's
+        name and the memory kills it counted when its last worker was reaped."""
         self._spare_names = 0
+        self._by_hierarchy: dict[tuple[CgroupKnob, ...], dict[str, list[CgroupKnob]]] = {}
+        """The knobs of a spawn, per hierarchy: the engine sends the same few sets."""
 
     @property
     def hierarchies(self) -> tuple[str, ...]:
@@ -105,17 +110,19 @@ class CgroupFolders:
         name = worker_cgroup_name(uid)
         made: list[tuple[int, str | None]] = []
         pending = PendingCgroups([])
+        by_hierarchy = self._knobs_by_hierarchy(tuple(knobs))
+        spare, kills_before = self._spares[-1] if group is None and self._spares else (None, 0)
         try:
             for hierarchy, folder in self._folders.items():
                 parent = folder
                 if group is not None:
                     parent = self._group(hierarchy, folder, group)
                 made.append((parent, group))
-                spare = self._spares[-1] if group is None and self._spares else None
-                self._make(parent, name, spare)
+                if not self._make(parent, name, spare) and self._counts_kills(hierarchy):
+                    kills_before = 0  # a new cgroup after all: it counts from nothing
                 cgroup = os.open(name, _DIR, dir_fd=parent)
                 try:
-                    _write_knobs(cgroup, [k for k in knobs if k.hierarchy == hierarchy])
+                    _write_knobs(cgroup, by_hierarchy.get(hierarchy, ()))
                     pending.procs.append(os.open("cgroup.procs", os.O_WRONLY, dir_fd=cgroup))
                 finally:
                     os.close(cgroup)
@@ -123,13 +130,22 @@ class CgroupFolders:
             pending.close()
             self._remove(name, made)
             raise
-        reused = group is None and bool(self._spares)
-        if reused:
+        if spare is not None:
             self._spares.pop()  # renamed in every hierarchy: it is this worker's now
         self._made[uid] = made
-        # A spare remembers the kills of the workers before: this one's count from here.
-        self._oom_base[uid] = self._oom_count(uid) if reused else 0
+        # A spare remembers the kills of the workers before: this one's count from there.
+        self._oom_base[uid] = kills_before
         return pending
+
+    def _knobs_by_hierarchy(self, knobs: tuple[CgroupKnob, ...]) -> dict[str, list[CgroupKnob]]:
+        known = self._by_hierarchy.get(knobs)
+        if known is None:
+            if len(self._by_hierarchy) >= _KNOB_SETS:
+                self._by_hierarchy.clear()
+            known = self._by_hierarchy[knobs] = {}
+            for knob in knobs:
+                known.setdefault(knob.hierarchy, []).append(knob)
+        return known
 
     def _group(self, hierarchy: str, folder: int, group: str) -> int:
         """The folder of ``group``, made (with the group knobs written) if it is new."""
@@ -148,18 +164,26 @@ class CgroupFolders:
             raise
         return fd
 
+    def _counts_kills(self, hierarchy: str) -> bool:
+        return self._oom_events is not None and self._oom_events[0] == hierarchy
+
     @staticmethod
-    def _make(parent: int, name: str, spare: str | None) -> None:
+    def _make(parent: int, name: str, spare: str | None) -> bool:
+        """Make the cgroup ``name`` in ``parent``, from ``spare`` if it is given and still
+        there; whether it was."""
         if spare is not None:
-            with contextlib.suppress(OSError):  # gone: make one, as without spares
+            try:
                 os.rename(spare, name, src_dir_fd=parent, dst_dir_fd=parent)
-                return
+                return True
+            except OSError:  # gone: make one, as without spares
+                pass
         try:
             os.mkdir(name, 0o755, dir_fd=parent)
         except FileExistsError:
             # Left by a worker whose removal failed: empty, since its uid was reaped.
             os.rmdir(name, dir_fd=parent)
             os.mkdir(name, 0o755, dir_fd=parent)
+        return False
 
     def oom_kills(self, uid: int) -> tuple[int, int]:
         """(how many processes of the worker with ``uid`` the kernel killed for memory, the
@@ -195,11 +219,13 @@ class CgroupFolders:
                 return int(value)
         return 0
 
-    def remove(self, uid: int) -> None:
-        """Keep the (empty) cgroups of the reaped worker that had ``uid`` as a spare, or
-        remove them (no-op if it had none)."""
+    def remove(self, uid: int, oom_count: int | None = None) -> None:
+        """Keep the (empty) cgroups of the reaped worker that had ``uid`` as a spare, which
+        counted ``oom_count`` memory kills (None: as many as when it got them, for a worker
+        that never ran), or remove them (no-op if it had none)."""
         made = self._made.pop(uid, None)
-        self._oom_base.pop(uid, None)
+        base = self._oom_base.pop(uid, 0)
+        oom_count = base if oom_count is None else oom_count
         if made is None:
             return
         name = worker_cgroup_name(uid)
@@ -212,7 +238,7 @@ class CgroupFolders:
             except OSError:
                 pass  # some renamed, some not: removing both names leaves nothing behind
             else:
-                self._spares.append(spare)
+                self._spares.append((spare, oom_count))
                 return
             for parent, _ in made:
                 with contextlib.suppress(OSError):

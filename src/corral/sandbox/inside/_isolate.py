@@ -84,6 +84,8 @@ TEMPLATE_SITE = f"{TEMPLATE_LAYER}/site-packages"
 _NOSUID_NODEV = sc.MS_NOSUID | sc.MS_NODEV
 _template = NO_FILES
 _environment: Mapping[str, str] = SANDBOX_ENV
+_environment_is_ours = False
+"""Whether the zygote's environment is the sandbox's already (``settle_environment``)."""
 
 
 def use_template(files: SandboxFiles) -> None:
@@ -101,6 +103,15 @@ def use_template(files: SandboxFiles) -> None:
     env["PYTHONPATH"] = f"{PACKAGES_SITE}:{TEMPLATE_SITE}"
     env.update(files.layer_env)
     _environment = env
+
+
+def settle_environment() -> None:
+    """Called by the zygote once it is ready to clone: whether its environment is already
+    what every worker needs, found once instead of compared again in each worker (a
+    comparison decodes every variable, and each object it touches is a page the worker
+    copies)."""
+    global _environment_is_ours
+    _environment_is_ours = dict(os.environ) == dict(_environment)
 
 
 def use_template_packages() -> tuple[str, ...]:
@@ -220,9 +231,9 @@ def enter(
     # raise the nice value of its autogroup (/proc/self/autogroup), which would otherwise be
     # the zygote's, shared by every worker.
     os.setsid()
-    if os.environ != _environment:
-        # The zygote's own environment is the sandbox's already; rebuilding it costs every
-        # worker a rewrite of libc's environment block for nothing.
+    if not _environment_is_ours:
+        # Where the zygote's own environment is the sandbox's already, rebuilding it would
+        # cost every worker a rewrite of libc's environment block for nothing.
         os.environ.clear()
         os.environ.update(_environment)
     with contextlib.suppress(FileExistsError):  # a staged runtime path may have made it

@@ -46,7 +46,7 @@ from corral.sandbox._seqpacket import send as _send
 from corral.sandbox.inside._cgroups import CgroupFolders, PendingCgroups
 from corral.sandbox.inside._child import run_then_exit
 from corral.sandbox.inside._holder import holder_main
-from corral.sandbox.inside._isolate import SANDBOX_ENV, use_template
+from corral.sandbox.inside._isolate import SANDBOX_ENV, settle_environment, use_template
 from corral.sandbox.inside._rootfs import SANDBOX_GID, SANDBOX_UID
 from corral.sandbox.inside._runner import worker_main
 
@@ -288,7 +288,9 @@ def _reap(state: _State) -> None:
             kills, count = cgroups.oom_kills(uid)
             if kills:  # before the cgroup goes: the engine may not have read it yet
                 _send(state.ctl, OutOfMemory(pid=pid, kills=count))
-            cgroups.remove(uid)  # the worker was init of its namespace: its cgroup is empty
+            # The worker was init of its namespace: its cgroup is empty. A spare keeps the
+            # count, so that its next worker's kills count from there without a new reading.
+            cgroups.remove(uid, count)
 
 
 def _usable(message: UseCgroups, fds: list[int], state: _State) -> bool:
@@ -369,6 +371,7 @@ def main() -> None:
     if prewarm:
         _runner.warm_up_zygote()
         gc.collect()
+    settle_environment()  # it does not change from here on: the zygote runs no more imports
     gc.freeze()  # keep the collector from dirtying every inherited page in each worker
     read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(write_end)
