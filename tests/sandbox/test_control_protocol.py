@@ -88,6 +88,9 @@ def _tamper(message: ControlMessage, **change: Any) -> bytes:
         _tamper(Spawned(id=1, pid=2, uid=3), extra=1),
         b'{"t": "spawned", "id": 1, "pid": 2}',
         b"[" * 100_000,
+        encode(Spawned(id=1, pid=2, uid=3)) + b"{}",
+        encode(Spawned(id=1, pid=2, uid=3)) + b" ",
+        b" " + encode(Spawned(id=1, pid=2, uid=3)),
     ],
 )
 def test_malformed_packets_are_refused(packet: bytes) -> None:

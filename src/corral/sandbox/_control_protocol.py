@@ -455,6 +455,11 @@ def _field_names(kind: type) -> tuple[str, ...]:
 _encode_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
+# ``raw_decode`` on the text, not ``json.loads``: no encoding detection, no whitespace
+# scans, since every packet is ``encode``'s UTF-8 without any.
+_decode_json = json.JSONDecoder().raw_decode
+
+
 def encode(message: ControlMessage) -> bytes:
     """The packet for ``message``."""
     packet = _plain(message)
@@ -566,8 +571,11 @@ def decode(
 def decode(packet: bytes, *kinds: type[Any]) -> Any:
     """``packet`` as one of ``kinds``, or None when it is not exactly one of them."""
     try:
-        raw = json.loads(packet)
+        text = packet.decode()
+        raw, end = _decode_json(text)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    if end != len(text):  # what follows the object: nothing encode makes
         return None
     if type(raw) is not dict or type(kind := raw.pop("t", None)) is not str:
         return None
