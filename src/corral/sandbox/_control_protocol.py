@@ -437,11 +437,30 @@ def worker_cgroup_name(uid: int) -> str:
 
 def _plain(value: Any) -> Any:
     if isinstance(value, tuple):
-        return [_plain(item) for item in value]
+        return [_nested(item) for item in value]
     kind: type = type(value)
     if hasattr(kind, "__dataclass_fields__"):
-        return {name: _plain(getattr(value, name)) for name in _field_names(kind)}
+        return {name: _nested(getattr(value, name)) for name in _field_names(kind)}
     return value
+
+
+def _nested(value: Any) -> Any:
+    """A field's JSON form: a frozen part (a spawn's limits and knobs, the same for every
+    worker of a pool) is converted once and its form shared, never changed."""
+    if type(value) in _SCALARS:
+        return value
+    try:
+        return _plain_frozen(value)
+    except TypeError:  # unhashable (a mapping inside): converted every time
+        return _plain(value)
+
+
+_SCALARS = frozenset({int, str, bool, float, type(None)})
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_frozen(value: Any) -> Any:
+    return _plain(value)
 
 
 @functools.cache

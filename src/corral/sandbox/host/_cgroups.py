@@ -74,6 +74,7 @@ _REMOVE_ATTEMPTS = 3  # kill-and-wait rounds before a cgroup that stays busy is 
 _TREE_NAME = re.compile(r"corral-(\d+)-\d+")
 _names = itertools.count(1)
 _KNOWN_KNOB_SETS = 64  # distinct (memory, pids) pairs remembered before starting afresh
+_KNOWN_ZYGOTES = 64  # zygotes whose folders are remembered (an engine has a handful)
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,6 +393,7 @@ class CgroupTree:
         self._cpu_quota = cpu_quota
         self._knobs: dict[tuple[int, int], tuple[CgroupKnob, ...]] = {}
         """Per (memory, pids), the knobs made once: every spawn asks, a few distinct ones."""
+        self._folders_by_zygote: dict[int, tuple[tuple[str, str], ...]] = {}
         self.roots = {h.name: os.path.join(h.path, self.name) for h in self.hierarchies}
 
     @property
@@ -540,11 +542,23 @@ class CgroupTree:
     ) -> SandboxCgroup:
         """The handle on the cgroups the zygote made for the worker with host ``uid``."""
         name = worker_cgroup_name(uid)
-        paths = {}
-        for hierarchy in self.hierarchies:
-            folder = self._zygote_folder(hierarchy.name, zygote_uid)
-            paths[hierarchy.name] = os.path.join(folder, *([group] if group else []), name)
+        paths = {
+            hierarchy: f"{folder}/{group}/{name}" if group else f"{folder}/{name}"
+            for hierarchy, folder in self._zygote_folders(zygote_uid)
+        }
         return SandboxCgroup(paths, self.version, memory_bytes, pids, kills_at_exit)
+
+    def _zygote_folders(self, zygote_uid: int) -> tuple[tuple[str, str], ...]:
+        """(hierarchy, the zygote's folder in it) for each hierarchy: every run asks."""
+        known = self._folders_by_zygote.get(zygote_uid)
+        if known is None:
+            if len(self._folders_by_zygote) >= _KNOWN_ZYGOTES:
+                self._folders_by_zygote.clear()
+            known = tuple(
+                (h.name, self._zygote_folder(h.name, zygote_uid)) for h in self.hierarchies
+            )
+            self._folders_by_zygote[zygote_uid] = known
+        return known
 
     def group_cpu_ns(self, zygote_uid: int, group: str) -> int:
         """CPU time of every session a group has had since its folder was made."""
