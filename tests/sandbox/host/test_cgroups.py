@@ -20,7 +20,12 @@ from corral._limits import Limits
 from corral.engine import Engine
 from corral.errors import IsolationError
 from corral.sandbox import CgroupTree, key_group
-from corral.sandbox.host._cgroups import RUNTIME_ALLOWANCE, discover, memory_knobs
+from corral.sandbox.host._cgroups import (
+    RUNTIME_ALLOWANCE,
+    SandboxCgroup,
+    discover,
+    memory_knobs,
+)
 
 _UNMAPPED_UID = 1_879_999_999  # no uid map of the test's user namespace holds it
 
@@ -97,6 +102,32 @@ def test_v1_memory_knobs_keep_memory_below_memory_and_swap_at_every_step() -> No
     assert down[:2] == ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
     assert up[:2] == ["memory.memsw.limit_in_bytes", "memory.limit_in_bytes"]
     assert dict(memory_knobs(2, 100)) == {"memory.max": "100", "memory.swap.max": "0"}
+
+
+@pytest.mark.anyio
+async def test_a_primed_cgroup_counts_the_run_from_the_reading_taken_while_it_waited(
+    tmp_path: Path,
+) -> None:
+    memory, cpuacct = tmp_path / "memory", tmp_path / "cpuacct"
+    memory.mkdir()
+    cpuacct.mkdir()
+
+    def counters(kills: int, cpu_ns: int) -> None:
+        (memory / "memory.oom_control").write_text(f"oom_kill_disable 0\noom_kill {kills}\n")
+        (cpuacct / "cpuacct.usage").write_text(f"{cpu_ns}\n")
+
+    cgroup = SandboxCgroup(
+        {"memory": str(memory), "cpuacct": str(cpuacct)}, 1, memory_bytes=1 << 28, pids=64
+    )
+    counters(kills=2, cpu_ns=1_000)  # a reused cgroup's past, and the worker's start-up
+    cgroup.prime()
+    counters(kills=2, cpu_ns=1_500)  # what the run itself does from here
+    cgroup.begin_run()  # keeps the primed reading
+    counters(kills=3, cpu_ns=4_000)
+    assert await cgroup.end_run() == (1, 3_000)
+    cgroup.begin_run()  # the next run reads afresh
+    counters(kills=3, cpu_ns=4_500)
+    assert await cgroup.end_run() == (0, 500)
 
 
 def test_a_keys_group_is_stable_and_says_nothing_of_the_key() -> None:

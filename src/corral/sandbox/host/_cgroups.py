@@ -223,6 +223,7 @@ class SandboxCgroup:
         self._pids = pids
         self._oom_seen = 0
         self._cpu_seen = 0
+        self._primed = False
 
     def _path(self, controller: str, name: str) -> str | None:
         folder = self._folders.get(controller)
@@ -271,9 +272,20 @@ class SandboxCgroup:
 
     def begin_run(self) -> None:
         """Mark the start of a run: ``end_run`` counts from here (a cgroup the zygote reused
-        still counts the kills of the workers it held before)."""
+        still counts the kills of the workers it held before). After ``prime``, the next call
+        keeps that reading instead."""
+        if self._primed:
+            self._primed = False
+            return
         self._oom_seen = self.oom_kills() or 0
         self._cpu_seen = self.cpu_ns()  # a fresh one's start-up is not its run's
+
+    def prime(self) -> None:
+        """``begin_run`` now, for a worker that is ready and waits idle for its run: reading
+        the counters off the run's path, which they cost 0.1 ms of latency; an idle worker
+        uses no CPU and allocates nothing until its request comes."""
+        self.begin_run()
+        self._primed = True
 
     async def end_run(self) -> tuple[int, int]:
         """(processes the kernel killed for memory, CPU nanoseconds) since ``begin_run``.

@@ -393,6 +393,8 @@ class Zygote:
         except BaseException:
             worker.close()
             raise
+        if worker.cgroup is not None:
+            worker.cgroup.prime()
         return worker
 
     async def spawn_holder(
