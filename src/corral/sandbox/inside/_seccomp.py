@@ -20,8 +20,9 @@ its flags live in memory a filter cannot read, and glibc falls back to ``clone``
 
 The zygote compiles the policy once, as root before it drops privileges (or loads the copy
 it cached last time, ``_seccomp_cache``); every worker loads the same bytes with one
-``prctl``, so a worker's start costs the same however long the list. libseccomp lays the
-rules out as a binary search, so a call costs a handful of comparisons.
+``prctl``. The kernel checks and JIT-compiles the program in each worker: about 0.3 ms here,
+0.18 ms of which any filter costs, however short. libseccomp lays the rules out as a binary
+search, so a call costs a handful of comparisons.
 """
 
 from __future__ import annotations
