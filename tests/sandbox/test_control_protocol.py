@@ -27,6 +27,7 @@ from corral.sandbox._control_protocol import (
     StaticLimits,
     UseCgroups,
     ZygoteConfig,
+    _plain_part,
     decode,
     encode,
 )
@@ -140,3 +141,10 @@ def test_a_bad_command_is_refused_before_the_holder_sees_it(change: dict[str, An
 )
 def test_values_outside_their_bounds_are_refused(packet: bytes) -> None:
     assert decode(packet, SignalCommand, Spawn, UseCgroups) is None
+
+
+def test_a_commands_arguments_are_encoded_afresh_and_never_kept() -> None:
+    kept = _plain_part.cache_info().currsize
+    command = Exec(argv=("sh", "-c", "echo secret"), env={}, cwd="/", memory_bytes=1, cpu_seconds=1)
+    assert decode(encode(command), Exec) == command
+    assert _plain_part.cache_info().currsize == kept

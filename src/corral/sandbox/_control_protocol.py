@@ -444,22 +444,29 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _nested(value: Any) -> Any:
-    """A field's JSON form: a frozen part (a spawn's limits and knobs, the same for every
-    worker of a pool) is converted once and its form shared, never changed."""
-    if type(value) in _SCALARS:
-        return value
-    try:
-        return _plain_frozen(value)
-    except TypeError:  # unhashable (a mapping inside): converted every time
-        return _plain(value)
-
-
 _SCALARS = frozenset({int, str, bool, float, type(None)})
 
 
+def _nested(value: Any) -> Any:
+    """A field's JSON form. A nested message part (a spawn's limits and its knobs, the same
+    for every worker of a pool) is converted once and its form shared, never changed; the
+    rest (a command's arguments, say) is converted every time and never kept."""
+    if type(value) in _SCALARS:
+        return value
+    if _is_part(value) or (type(value) is tuple and value and _is_part(value[0])):
+        try:
+            return _plain_part(value)
+        except TypeError:  # unhashable (a mapping inside)
+            pass
+    return _plain(value)
+
+
+def _is_part(value: Any) -> bool:
+    return hasattr(type(value), "__dataclass_fields__")
+
+
 @functools.lru_cache(maxsize=256)
-def _plain_frozen(value: Any) -> Any:
+def _plain_part(value: Any) -> Any:
     return _plain(value)
 
 
