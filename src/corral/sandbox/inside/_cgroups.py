@@ -3,25 +3,33 @@
 The engine delegates one folder per cgroup hierarchy to the zygote (owned by the zygote's
 uid, handed over as descriptors: after its pivot the zygote sees no ``/sys``). For each spawn
 the zygote makes the worker's cgroup ``w<uid>`` in every hierarchy, writes its limits, and
-opens its ``cgroup.procs`` while still its own uid; then it clones the worker and writes the
-child's pid there before the child has changed a single credential. So every process the
-worker will ever start is born inside its cgroup: nothing it does escapes the walls, and
-nothing is charged elsewhere but the few pages of its first instants.
+opens the file that moves a process into it while still its own uid; the child it clones is
+in every one of them before it has changed a single credential. So every process the worker
+will ever start is born inside its cgroup: nothing it does escapes the walls, and nothing is
+charged elsewhere but the few pages of its first instants.
 
-Why the ``cgroup.procs`` descriptor is opened first: cgroup v1 lets a non-root writer move
-only a process whose real or saved uid is the writer's effective uid, as of the descriptor's
-opening. The zygote clones with the worker's uid as its effective uid (the new user
-namespace's owner), and the child starts with the zygote's real and saved uids: opened while
-the zygote is itself, the descriptor may move it. In v2 the zygote lives in a leaf of its own
-delegated folder, so the move stays below a folder it owns, as delegation requires.
+How the child gets in: in a v1 hierarchy the child writes ``0`` to its cgroup's ``tasks``
+(the calling thread, and a new child has one). A move of one's own single thread needs no
+hold on every fork and exit of the host: writing a pid to ``cgroup.procs`` takes the kernel's
+threadgroup semaphore for writing, which waits out an RCU grace period and stalls every
+fork meanwhile (0.1 to 0.3 ms of a spawn per hierarchy, five hierarchies here). In v2 the
+zygote writes the child's pid to ``cgroup.procs``; it lives in a leaf of its own delegated
+folder, so the move stays below a folder it owns, as delegation requires.
+
+Why the file is opened by the zygote as itself: the kernel lets a non-root writer move only a
+process whose real or saved uid is the writer's effective uid as of the file's opening. The
+zygote clones with the worker's uid as its effective uid (the new user namespace's owner),
+and the child starts with the zygote's real and saved uids: opened while the zygote is itself,
+the file may move it, until the child takes the sandbox's ids.
 
 When the zygote reaps the worker, the worker being init of its pid namespace, every process
 of it is gone and its cgroup is empty. It is kept as a spare (renamed ``spare-<n>``) rather than
-removed, up to ``SPARES`` of them, and the next spawn renames a spare to its own name instead
-of making a cgroup: a memory cgroup's creation and removal cost more than the rest of its
-set-up together (about 0.2 ms of CPU in v1). Nothing of the last worker stays but counters,
-which the engine reads as differences, and page cache charged to it, which the kernel reclaims
-first under pressure; the limits are written anew for each worker.
+removed, up to ``SPARES`` of them, with the files a spawn writes still open, and the next spawn
+renames a spare to its own name instead of making a cgroup: a memory cgroup's creation and
+removal cost more than the rest of its set-up together (about 0.2 ms of CPU in v1), and a dozen
+opens and closes of cgroup files cost another 0.1. Nothing of the last worker stays but
+counters, which the engine reads as differences, and page cache charged to it, which the kernel
+reclaims first under pressure; the limits are written anew for each worker.
 """
 
 from __future__ import annotations
@@ -29,44 +37,84 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from corral.sandbox._control_protocol import CgroupKnob, worker_cgroup_name
 
 __all__ = ["CgroupFolders", "PendingCgroups"]
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_WRITE = os.O_WRONLY | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_CLOEXEC
 SPARES = 32
 """Empty cgroups kept, per zygote folder, for the next spawns (about a pool and a capacity)."""
+_KEPT = 256
+"""One-shot workers' and spares' cgroups whose files stay open, at most (ten descriptors each);
+past that, and for a session's, a spawn opens them and closes them once the child is in."""
 _SPARE = "spare-"
 _EVENTS_BYTES = 4096  # an events file is a few short lines
 _KNOB_SETS = 16
 """Distinct sets of knobs remembered per hierarchy (a pool's, a few runs' own limits)."""
+_ITSELF = b"0"  # written to v1 ``tasks``: the writing thread itself
+
+
+@dataclass(slots=True)
+class _Cgroup:
+    """A worker's cgroup in every hierarchy (or a spare's), with the files a spawn writes."""
+
+    name: str
+    group: str | None = None
+    kept: bool = False
+    """Its files stay open from spawn to spawn (a one-shot worker's, within ``_KEPT``)."""
+    parents: list[int] = field(default_factory=list)
+    """Per hierarchy, the folder it is in: a group's (closed with it) or the zygote's."""
+    joins: list[int] = field(default_factory=list)
+    """Per hierarchy, ``tasks`` (v1: the child moves itself) or ``cgroup.procs`` (v2)."""
+    self_joins: list[bool] = field(default_factory=list)
+    knobs: dict[tuple[int, str], int] = field(default_factory=dict)
+    """Per (hierarchy's index, name), an open limit file."""
+    oom: int = -1
+    """The memory kill counter's file, when kept open."""
+
+    def close_files(self) -> None:
+        fds = [*self.joins, *self.knobs.values(), self.oom]
+        self.joins, self.self_joins, self.knobs, self.oom = [], [], {}, -1
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
 
 
 @dataclass(slots=True)
 class PendingCgroups:
-    """A new worker's cgroups, made and filled with its limits, waiting for its pid."""
+    """A new worker's cgroups, made and filled with its limits, waiting for its child."""
 
-    procs: list[int]
-    """Each hierarchy's ``cgroup.procs`` of the new cgroup, open for writing."""
+    _cgroup: _Cgroup
+
+    def enter(self) -> None:
+        """In the new child, before it changes any credential: move itself in where v1 lets
+        it (see the module's docstring).
+
+        Raises:
+            OSError: a move failed (the child must not run).
+        """
+        for fd, itself in zip(self._cgroup.joins, self._cgroup.self_joins, strict=True):
+            if itself:
+                os.write(fd, _ITSELF)
 
     def attach(self, pid: int) -> None:
-        """Move ``pid`` into every one of them; closes the descriptors either way.
+        """In the zygote: move the child ``pid`` in where it cannot move itself (v2).
 
         Raises:
             OSError: a move failed (the caller kills the child).
         """
-        try:
-            for fd in self.procs:
+        for fd, itself in zip(self._cgroup.joins, self._cgroup.self_joins, strict=True):
+            if not itself:
                 os.write(fd, str(pid).encode())
-        finally:
-            self.close()
 
     def close(self) -> None:
-        procs, self.procs = self.procs, []
-        for fd in procs:
-            os.close(fd)
+        """The spawn is over: close the files a cgroup does not keep open."""
+        if not self._cgroup.kept:
+            self._cgroup.close_files()
 
 
 class CgroupFolders:
@@ -84,16 +132,22 @@ class CgroupFolders:
         self._folders = dict(zip(hierarchies, fds, strict=True))
         self._group_knobs = tuple(group_knobs)
         self._oom_events = oom_events
-        self._made: dict[int, list[tuple[int, str | None]]] = {}
-        """Per worker uid, the folder of each of its cgroups (a group's, which we close, or
-        the zygote's own) and the group's name."""
+        self._oom_index = (
+            self.hierarchies.index(oom_events[0])
+            if oom_events is not None and oom_events[0] in self._folders
+            else -1
+        )
+        """Which hierarchy counts the memory kills (-1: none)."""
+        self._made: dict[int, _Cgroup] = {}
+        """Per worker uid, its cgroups."""
         self._oom_base: dict[int, int] = {}
         """Per worker uid, the memory kills its (reused) cgroup had counted before it."""
-        self._spares: list[tuple[str, int]] = []
-        """The empty cgroups (in every hierarchy, outside any group) to reuse: each one's
-        name and the memory kills it counted when its last worker was reaped."""
+        self._spares: list[tuple[_Cgroup, int]] = []
+        """The empty cgroups (in every hierarchy, outside any group) to reuse, each with the
+        memory kills it counted when its last worker was reaped."""
         self._spare_names = 0
-        self._by_hierarchy: dict[tuple[CgroupKnob, ...], dict[str, list[CgroupKnob]]] = {}
+        self._kept = 0
+        self._by_hierarchy: dict[tuple[CgroupKnob, ...], list[list[CgroupKnob]]] = {}
         """The knobs of a spawn, per hierarchy: the engine sends the same few sets."""
 
     @property
@@ -108,44 +162,72 @@ class CgroupFolders:
             OSError: a cgroup could not be made or filled; none is left behind.
         """
         name = worker_cgroup_name(uid)
-        made: list[tuple[int, str | None]] = []
-        pending = PendingCgroups([])
-        by_hierarchy = self._knobs_by_hierarchy(tuple(knobs))
-        spare, kills_before = self._spares[-1] if group is None and self._spares else (None, 0)
+        cgroup, kills_before = None, 0
+        if group is None and self._spares:
+            cgroup, kills_before = self._spares.pop()
+            if not self._rename(cgroup, name):
+                self._discard(cgroup, name)
+                cgroup, kills_before = None, 0
+        if cgroup is None:
+            cgroup = self._make(name, group)
         try:
-            for hierarchy, folder in self._folders.items():
-                parent = folder
-                if group is not None:
-                    parent = self._group(hierarchy, folder, group)
-                made.append((parent, group))
-                if not self._make(parent, name, spare) and self._counts_kills(hierarchy):
-                    kills_before = 0  # a new cgroup after all: it counts from nothing
-                cgroup = os.open(name, _DIR, dir_fd=parent)
-                try:
-                    _write_knobs(cgroup, by_hierarchy.get(hierarchy, ()))
-                    pending.procs.append(os.open("cgroup.procs", os.O_WRONLY, dir_fd=cgroup))
-                finally:
-                    os.close(cgroup)
+            for index, hierarchy_knobs in enumerate(self._knobs_by_hierarchy(tuple(knobs))):
+                self._write_knobs(cgroup, index, hierarchy_knobs)
         except BaseException:
-            pending.close()
-            self._remove(name, made)
+            self._discard(cgroup)
             raise
-        if spare is not None:
-            self._spares.pop()  # renamed in every hierarchy: it is this worker's now
-        self._made[uid] = made
+        self._made[uid] = cgroup
         # A spare remembers the kills of the workers before: this one's count from there.
         self._oom_base[uid] = kills_before
-        return pending
+        return PendingCgroups(cgroup)
 
-    def _knobs_by_hierarchy(self, knobs: tuple[CgroupKnob, ...]) -> dict[str, list[CgroupKnob]]:
+    def _knobs_by_hierarchy(self, knobs: tuple[CgroupKnob, ...]) -> list[list[CgroupKnob]]:
         known = self._by_hierarchy.get(knobs)
         if known is None:
             if len(self._by_hierarchy) >= _KNOB_SETS:
                 self._by_hierarchy.clear()
-            known = self._by_hierarchy[knobs] = {}
+            known = self._by_hierarchy[knobs] = [[] for _ in self._folders]
+            order = self.hierarchies
             for knob in knobs:
-                known.setdefault(knob.hierarchy, []).append(knob)
+                if knob.hierarchy in self._folders:
+                    known[order.index(knob.hierarchy)].append(knob)
         return known
+
+    def _make(self, name: str, group: str | None) -> _Cgroup:
+        """A new cgroup ``name`` in every hierarchy (in ``group``'s folder if given), with
+        its files open.
+
+        Raises:
+            OSError: it could not be made; none of it is left behind.
+        """
+        cgroup = _Cgroup(name, group, kept=group is None and self._kept < _KEPT)
+        try:
+            for index, (hierarchy, folder) in enumerate(self._folders.items()):
+                parent = folder if group is None else self._group(hierarchy, folder, group)
+                cgroup.parents.append(parent)
+                _mkdir_afresh(parent, name)
+                self._open_files(cgroup, index)
+        except BaseException:
+            self._discard(cgroup)
+            raise
+        self._kept += cgroup.kept
+        return cgroup
+
+    def _open_files(self, cgroup: _Cgroup, index: int) -> None:
+        """Open what each spawn writes in the hierarchy ``index``: the file that moves the
+        child in, and the kill counter if the cgroup is kept."""
+        folder = os.open(cgroup.name, _DIR, dir_fd=cgroup.parents[index])
+        try:
+            try:
+                cgroup.joins.append(os.open("tasks", _WRITE, dir_fd=folder))
+                cgroup.self_joins.append(True)
+            except FileNotFoundError:  # v2: no ``tasks`` outside a threaded subtree
+                cgroup.joins.append(os.open("cgroup.procs", _WRITE, dir_fd=folder))
+                cgroup.self_joins.append(False)
+            if cgroup.kept and self._oom_events is not None and index == self._oom_index:
+                cgroup.oom = os.open(self._oom_events[1], _READ, dir_fd=folder)
+        finally:
+            os.close(folder)
 
     def _group(self, hierarchy: str, folder: int, group: str) -> int:
         """The folder of ``group``, made (with the group knobs written) if it is new."""
@@ -164,26 +246,51 @@ class CgroupFolders:
             raise
         return fd
 
-    def _counts_kills(self, hierarchy: str) -> bool:
-        return self._oom_events is not None and self._oom_events[0] == hierarchy
+    @staticmethod
+    def _write_knobs(cgroup: _Cgroup, index: int, knobs: Sequence[CgroupKnob]) -> None:
+        """Write ``knobs``, in their order for a new cgroup; one the kernel refuses for now
+        (a reused cgroup's v1 memory limit above its old memory+swap limit, say) is written
+        again once the others are.
+
+        Raises:
+            OSError: a knob refused twice.
+        """
+        refused = []
+        for knob in knobs:
+            try:
+                os.write(_knob_file(cgroup, index, knob.name), knob.value.encode())
+            except OSError:
+                refused.append(knob)
+        for knob in refused:
+            os.write(_knob_file(cgroup, index, knob.name), knob.value.encode())
 
     @staticmethod
-    def _make(parent: int, name: str, spare: str | None) -> bool:
-        """Make the cgroup ``name`` in ``parent``, from ``spare`` if it is given and still
-        there; whether it was."""
-        if spare is not None:
-            try:
-                os.rename(spare, name, src_dir_fd=parent, dst_dir_fd=parent)
-                return True
-            except OSError:  # gone: make one, as without spares
-                pass
+    def _rename(cgroup: _Cgroup, name: str) -> bool:
+        """Rename ``cgroup`` to ``name`` in every hierarchy; whether it was (if not, some
+        may have the new name: the caller removes it under both)."""
         try:
-            os.mkdir(name, 0o755, dir_fd=parent)
-        except FileExistsError:
-            # Left by a worker whose removal failed: empty, since its uid was reaped.
-            os.rmdir(name, dir_fd=parent)
-            os.mkdir(name, 0o755, dir_fd=parent)
-        return False
+            for parent in cgroup.parents:
+                os.rename(cgroup.name, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except OSError:
+            return False
+        cgroup.name = name
+        return True
+
+    def _discard(self, cgroup: _Cgroup, *other_names: str) -> None:
+        """Close its files and remove it, under its name and ``other_names`` (no error: the
+        engine sweeps what is left)."""
+        self._kept -= cgroup.kept
+        cgroup.kept = False
+        cgroup.close_files()
+        for parent, folder in zip(cgroup.parents, self._folders.values(), strict=False):
+            for name in (cgroup.name, *other_names):
+                with contextlib.suppress(OSError):
+                    os.rmdir(name, dir_fd=parent)
+            if cgroup.group is not None:
+                os.close(parent)
+                with contextlib.suppress(OSError):  # the group's other sessions still live
+                    os.rmdir(cgroup.group, dir_fd=folder)
+        cgroup.parents = []
 
     def oom_kills(self, uid: int) -> tuple[int, int]:
         """(how many processes of the worker with ``uid`` the kernel killed for memory, the
@@ -194,23 +301,24 @@ class CgroupFolders:
 
     def _oom_count(self, uid: int) -> int:
         """The kills its cgroup counts, those of the workers that had it before included."""
-        made = self._made.get(uid)
-        if made is None or self._oom_events is None:
+        cgroup = self._made.get(uid)
+        if cgroup is None or self._oom_events is None:
             return 0
-        hierarchy, name = self._oom_events
-        index = list(self._folders).index(hierarchy) if hierarchy in self._folders else -1
-        if index < 0 or index >= len(made):
+        if not 0 <= self._oom_index < len(cgroup.parents):
             return 0
         try:
-            cgroup = os.open(worker_cgroup_name(uid), _DIR, dir_fd=made[index][0])
-            try:
-                events = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=cgroup)
+            if cgroup.oom >= 0:
+                text = os.pread(cgroup.oom, _EVENTS_BYTES, 0).decode()
+            else:
+                folder = os.open(cgroup.name, _DIR, dir_fd=cgroup.parents[self._oom_index])
                 try:
-                    text = os.read(events, _EVENTS_BYTES).decode()
+                    events = os.open(self._oom_events[1], _READ, dir_fd=folder)
+                    try:
+                        text = os.read(events, _EVENTS_BYTES).decode()
+                    finally:
+                        os.close(events)
                 finally:
-                    os.close(events)
-            finally:
-                os.close(cgroup)
+                    os.close(folder)
         except (OSError, UnicodeDecodeError):
             return 0
         for line in text.splitlines():
@@ -223,58 +331,45 @@ class CgroupFolders:
         """Keep the (empty) cgroups of the reaped worker that had ``uid`` as a spare, which
         counted ``oom_count`` memory kills (None: as many as when it got them, for a worker
         that never ran), or remove them (no-op if it had none)."""
-        made = self._made.pop(uid, None)
+        cgroup = self._made.pop(uid, None)
         base = self._oom_base.pop(uid, 0)
         oom_count = base if oom_count is None else oom_count
-        if made is None:
+        if cgroup is None:
             return
-        name = worker_cgroup_name(uid)
-        if len(self._spares) < SPARES and all(group is None for _, group in made):
+        if cgroup.kept and len(self._spares) < SPARES:
             spare = f"{_SPARE}{self._spare_names}"
             self._spare_names += 1
-            try:
-                for parent, _ in made:
-                    os.rename(name, spare, src_dir_fd=parent, dst_dir_fd=parent)
-            except OSError:
-                pass  # some renamed, some not: removing both names leaves nothing behind
-            else:
-                self._spares.append((spare, oom_count))
+            if self._rename(cgroup, spare):
+                self._spares.append((cgroup, oom_count))
                 return
-            for parent, _ in made:
-                with contextlib.suppress(OSError):
-                    os.rmdir(spare, dir_fd=parent)
-        self._remove(name, made)
-
-    def _remove(self, name: str, made: list[tuple[int, str | None]]) -> None:
-        for (parent, group), folder in zip(made, self._folders.values(), strict=False):
-            with contextlib.suppress(OSError):  # the engine sweeps what is left
-                os.rmdir(name, dir_fd=parent)
-            if group is not None:
-                os.close(parent)
-                with contextlib.suppress(OSError):  # the group's other sessions still live
-                    os.rmdir(group, dir_fd=folder)
+            self._discard(cgroup, spare)
+            return
+        self._discard(cgroup)
 
 
-def _write_knobs(cgroup: int, knobs: Sequence[CgroupKnob]) -> None:
-    """Write ``knobs``, in their order for a new cgroup; one the kernel refuses for now
-    (a reused cgroup's v1 memory limit above its old memory+swap limit, say) is written
-    again once the others are.
-
-    Raises:
-        OSError: a knob refused twice.
-    """
-    refused = []
-    for knob in knobs:
+def _knob_file(cgroup: _Cgroup, index: int, name: str) -> int:
+    """The open file of a limit, opened now if it is the first time."""
+    fd = cgroup.knobs.get((index, name))
+    if fd is None:
+        folder = os.open(cgroup.name, _DIR, dir_fd=cgroup.parents[index])
         try:
-            _write(cgroup, knob.name, knob.value)
-        except OSError:
-            refused.append(knob)
-    for knob in refused:
-        _write(cgroup, knob.name, knob.value)
+            fd = cgroup.knobs[index, name] = os.open(name, _WRITE, dir_fd=folder)
+        finally:
+            os.close(folder)
+    return fd
+
+
+def _mkdir_afresh(parent: int, name: str) -> None:
+    try:
+        os.mkdir(name, 0o755, dir_fd=parent)
+    except FileExistsError:
+        # Left by a worker whose removal failed: empty, since its uid was reaped.
+        os.rmdir(name, dir_fd=parent)
+        os.mkdir(name, 0o755, dir_fd=parent)
 
 
 def _write(folder: int, name: str, value: str) -> None:
-    fd = os.open(name, os.O_WRONLY | os.O_CLOEXEC, dir_fd=folder)
+    fd = os.open(name, _WRITE, dir_fd=folder)
     try:
         os.write(fd, value.encode())
     finally:

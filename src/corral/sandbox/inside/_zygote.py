@@ -60,6 +60,9 @@ _KEPT_CAPABILITIES = (5, 6, 7)
 _PRIVATE_HOME = ("HOME", "MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
 _HANDSHAKE_TIMEOUT = 5.0  # seconds for a new child to say it is ready to be mapped
 _SPAWN_FDS = 3  # the worker's protocol socket, stdout and stderr
+_READY = b"r"  # a new child's handshake: map my ids
+_REFUSED = b"!"  # ... or: I cannot run, and why
+_REFUSAL_BYTES = 512
 
 
 def _preload(modules: list[str]) -> dict[str, str]:
@@ -127,7 +130,7 @@ def _become_sandbox_user(handshake: socket.socket) -> None:
     from corral.sandbox import _syscalls as sc
 
     sc.set_dumpable(True)
-    handshake.send(b"r")
+    handshake.send(_READY)
     handshake.recv(1)  # EOF once the maps are written (or the zygote gave up and kills us)
     handshake.close()
     os.setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID)
@@ -205,7 +208,7 @@ def _clone(
         theirs.close()
         raise
     if pid == 0:
-        _worker_child(request, fds, ours, theirs, state.layout, state.bpf)
+        _worker_child(request, fds, (ours, theirs), state, pending)
     uids.hold(pid, uid)
     theirs.close()
     held.close()
@@ -214,7 +217,10 @@ def _clone(
             # Before the child changes any credential: see inside/_cgroups.
             pending.attach(pid)
         ours.settimeout(_HANDSHAKE_TIMEOUT)
-        if ours.recv(1) != b"r":
+        answer = ours.recv(_REFUSAL_BYTES)
+        if answer[:1] == _REFUSED:
+            raise OSError(answer[1:].decode(errors="replace"))
+        if answer != _READY:
             raise OSError("the new worker died before its ids were mapped")
         _map_ids(pid, uid)
     except OSError as exc:
@@ -224,6 +230,8 @@ def _clone(
     finally:
         os.setresuid(-1, zygote_uid, -1)
         ours.close()
+        if pending is not None:
+            pending.close()
     pidfd = os.pidfd_open(pid)
     try:
         _send(ctl, Spawned(id=request.id, pid=pid, uid=uid), [pidfd])
@@ -234,17 +242,24 @@ def _clone(
 def _worker_child(
     request: Spawn,
     fds: list[int],
-    ours: socket.socket,
-    theirs: socket.socket,
-    layout: tuple[str, list[tuple[str, str]]],
-    bpf: bytes,
+    sockets: tuple[socket.socket, socket.socket],
+    state: _State,
+    pending: PendingCgroups | None,
 ) -> NoReturn:
     from corral.sandbox import _syscalls as sc
 
+    ours, theirs = sockets
+    layout, bpf = state.layout, state.bpf
     session = request.session_disk_bytes is not None
 
     def child() -> None:
         sc.set_pdeathsig(signal.SIGKILL)
+        if pending is not None:
+            try:
+                pending.enter()  # while our real uid is still the zygote's
+            except OSError as exc:
+                theirs.send(_REFUSED + f"cgroup: {exc}".encode()[: _REFUSAL_BYTES - 1])
+                raise
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
