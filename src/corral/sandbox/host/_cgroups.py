@@ -75,6 +75,7 @@ _TREE_NAME = re.compile(r"corral-(\d+)-\d+")
 _names = itertools.count(1)
 _KNOWN_KNOB_SETS = 64  # distinct (memory, pids) pairs remembered before starting afresh
 _KNOWN_ZYGOTES = 64  # zygotes whose folders are remembered (an engine has a handful)
+_COUNTER_BYTES = 4096  # a counter file (cpuacct.usage, memory.oom_control) is a few lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,10 +225,24 @@ class SandboxCgroup:
         self._oom_seen = 0
         self._cpu_seen = 0
         self._primed = False
+        self._open: dict[str, int] = {}
+        """The counters each run reads, by file name, once opened by ``prime``."""
 
     def _path(self, controller: str, name: str) -> str | None:
         folder = self._folders.get(controller)
         return None if folder is None else f"{folder}/{name}"
+
+    def _counter(self, controller: str, name: str) -> str | None:
+        """A counter file's text (None: the sandbox has no such controller).
+
+        Raises:
+            OSError: it cannot be read (its cgroup is gone).
+        """
+        fd = self._open.get(name)
+        if fd is not None:
+            return os.pread(fd, _COUNTER_BYTES, 0).decode()
+        path = self._path(controller, name)
+        return None if path is None else _read(path)
 
     @functools.cached_property
     def _folders(self) -> dict[str, str]:
@@ -263,12 +278,19 @@ class SandboxCgroup:
     def oom_kills(self) -> int | None:
         """How many of its processes the kernel has killed for memory so far; None once the
         cgroup is gone (its sandbox was reaped)."""
-        name = "memory.events" if self._version == 2 else "memory.oom_control"
-        path = self._path("memory", name)
         try:
-            return 0 if path is None else _field(_read(path), "oom_kill")
+            text = self._counter("memory", self._oom_file)
+            return 0 if text is None else _field(text, "oom_kill")
         except (OSError, ValueError):
             return None
+
+    @property
+    def _oom_file(self) -> str:
+        return "memory.events" if self._version == 2 else "memory.oom_control"
+
+    @property
+    def _cpu_file(self) -> tuple[str, str]:
+        return ("cpu", "cpu.stat") if self._version == 2 else ("cpuacct", "cpuacct.usage")
 
     def begin_run(self) -> None:
         """Mark the start of a run: ``end_run`` counts from here (a cgroup the zygote reused
@@ -283,9 +305,26 @@ class SandboxCgroup:
     def prime(self) -> None:
         """``begin_run`` now, for a worker that is ready and waits idle for its run: reading
         the counters off the run's path, which they cost 0.1 ms of latency; an idle worker
-        uses no CPU and allocates nothing until its request comes."""
+        uses no CPU and allocates nothing until its request comes. The two counters stay
+        open for ``end_run`` until ``close``.
+
+        The files are those of the cgroup, not of its name: if the worker dies before its
+        run is read, and the zygote gives its cgroup to the next worker, ``end_run`` still
+        sees the kills of this one (the counts only grow), and a few milliseconds of the
+        next one's start-up among its CPU."""
+        for controller, name in ("memory", self._oom_file), self._cpu_file:
+            path = self._path(controller, name)
+            if path is not None and name not in self._open:
+                with contextlib.suppress(OSError):  # read by path, as without
+                    self._open[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         self.begin_run()
         self._primed = True
+
+    def close(self) -> None:
+        """Close the counters ``prime`` opened (the readings go by path again); idempotent."""
+        opened, self._open = self._open, {}
+        for fd in opened.values():
+            os.close(fd)
 
     async def end_run(self) -> tuple[int, int]:
         """(processes the kernel killed for memory, CPU nanoseconds) since ``begin_run``.
@@ -306,11 +345,10 @@ class SandboxCgroup:
     def cpu_ns(self) -> int:
         """CPU time its processes have used, in nanoseconds."""
         try:
-            if self._version == 2:
-                path = self._path("cpu", "cpu.stat")
-                return 0 if path is None else _field(_read(path), "usage_usec") * 1000
-            path = self._path("cpuacct", "cpuacct.usage")
-            return 0 if path is None else int(_read(path))
+            text = self._counter(*self._cpu_file)
+            if text is None:
+                return 0
+            return _field(text, "usage_usec") * 1000 if self._version == 2 else int(text)
         except (OSError, ValueError):
             return 0
 

@@ -357,6 +357,8 @@ class Worker:
         self._signal(signal.SIGINT)
 
     def kill(self) -> None:
+        if self.killed:
+            return  # a SIGKILL cannot be caught: the first one does it
         self.killed = True
         self._signal(signal.SIGKILL)
 
@@ -389,3 +391,5 @@ class Worker:
         self.kill()
         self.closed = True
         release(self._sock, self._out, self._err, self._pidfd, self.inputs_fd)
+        if self.cgroup is not None:
+            self.cgroup.close()
