@@ -56,6 +56,7 @@ _EVENTS_BYTES = 4096  # an events file is a few short lines
 _KNOB_SETS = 16
 """Distinct sets of knobs remembered per hierarchy (a pool's, a few runs' own limits)."""
 _ITSELF = b"0"  # written to v1 ``tasks``: the writing thread itself
+_KILL_FIELD = b"\noom_kill "
 
 
 @dataclass(slots=True)
@@ -76,19 +77,31 @@ class _Cgroup:
     oom: int = -1
     """The memory kill counter's file, when kept open."""
 
-    def close_files(self) -> None:
-        fds = [*self.joins, *self.knobs.values(), self.oom]
+    def take_files(self) -> tuple[int, ...]:
+        """Its open files, now the caller's to close."""
+        fds = (*self.joins, *self.knobs.values(), *((self.oom,) if self.oom >= 0 else ()))
         self.joins, self.self_joins, self.knobs, self.oom = [], [], {}, -1
-        for fd in fds:
-            if fd >= 0:
-                os.close(fd)
+        return fds
+
+    def close_files(self) -> None:
+        for fd in self.take_files():
+            os.close(fd)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class PendingCgroups:
-    """A new worker's cgroups, made and filled with its limits, waiting for its child."""
+    """A new worker's cgroups, made and filled with its limits, waiting for its child.
 
-    _cgroup: _Cgroup
+    Made before the clone with what each side needs after it, so that the zygote, between
+    the clone and the next one, touches neither the cgroup's record nor its descriptors
+    (each object it touches there costs it a copied page): in v1 it has nothing to do."""
+
+    own_moves: tuple[int, ...]
+    """The ``tasks`` files the child writes itself into (v1)."""
+    pid_moves: tuple[int, ...]
+    """The ``cgroup.procs`` files the zygote writes the child's pid to (v2)."""
+    to_close: tuple[int, ...]
+    """The files to close once the child is in (those of a cgroup not kept)."""
 
     def enter(self) -> None:
         """In the new child, before it changes any credential: move itself in where v1 lets
@@ -97,9 +110,8 @@ class PendingCgroups:
         Raises:
             OSError: a move failed (the child must not run).
         """
-        for fd, itself in zip(self._cgroup.joins, self._cgroup.self_joins, strict=True):
-            if itself:
-                os.write(fd, _ITSELF)
+        for fd in self.own_moves:
+            os.write(fd, _ITSELF)
 
     def attach(self, pid: int) -> None:
         """In the zygote: move the child ``pid`` in where it cannot move itself (v2).
@@ -107,14 +119,13 @@ class PendingCgroups:
         Raises:
             OSError: a move failed (the caller kills the child).
         """
-        for fd, itself in zip(self._cgroup.joins, self._cgroup.self_joins, strict=True):
-            if not itself:
-                os.write(fd, str(pid).encode())
+        for fd in self.pid_moves:
+            os.write(fd, str(pid).encode())
 
     def close(self) -> None:
         """The spawn is over: close the files a cgroup does not keep open."""
-        if not self._cgroup.kept:
-            self._cgroup.close_files()
+        for fd in self.to_close:
+            os.close(fd)
 
 
 class CgroupFolders:
@@ -179,7 +190,13 @@ class CgroupFolders:
         self._made[uid] = cgroup
         # A spare remembers the kills of the workers before: this one's count from there.
         self._oom_base[uid] = kills_before
-        return PendingCgroups(cgroup)
+        moves = tuple(zip(cgroup.joins, cgroup.self_joins, strict=True))
+        own = tuple(fd for fd, itself in moves if itself)
+        by_pid = tuple(fd for fd, itself in moves if not itself)
+        if cgroup.kept:
+            return PendingCgroups(own, by_pid, ())
+        # Not kept: its files are the spawn's, closed with it.
+        return PendingCgroups(own, by_pid, cgroup.take_files())
 
     def _knobs_by_hierarchy(self, knobs: tuple[CgroupKnob, ...]) -> list[list[CgroupKnob]]:
         known = self._by_hierarchy.get(knobs)
@@ -292,12 +309,16 @@ class CgroupFolders:
                     os.rmdir(cgroup.group, dir_fd=folder)
         cgroup.parents = []
 
-    def oom_kills(self, uid: int) -> tuple[int, int]:
-        """(how many processes of the worker with ``uid`` the kernel killed for memory, the
-        count its cgroup holds: those of the workers that had it before included). The engine
-        reads the cgroup itself and counts from its own reading: it is told the second."""
+    def release(self, uid: int) -> tuple[int, int]:
+        """The worker with ``uid`` was reaped: keep its (empty) cgroup as a spare or remove it,
+        and return (how many of its processes the kernel killed for memory, the count its
+        cgroup holds: those of the workers that had it before included). The engine reads
+        the cgroup itself and counts from its own reading: it is told the second."""
         count = self._oom_count(uid)
-        return max(count - self._oom_base.get(uid, 0), 0), count
+        kills = max(count - self._oom_base.get(uid, 0), 0)
+        # A spare keeps the count, so that its next worker's kills count from there.
+        self.remove(uid, count)
+        return kills, count
 
     def _oom_count(self, uid: int) -> int:
         """The kills its cgroup counts, those of the workers that had it before included."""
@@ -308,24 +329,18 @@ class CgroupFolders:
             return 0
         try:
             if cgroup.oom >= 0:
-                text = os.pread(cgroup.oom, _EVENTS_BYTES, 0).decode()
-            else:
-                folder = os.open(cgroup.name, _DIR, dir_fd=cgroup.parents[self._oom_index])
+                return _kill_count(os.pread(cgroup.oom, _EVENTS_BYTES, 0))
+            folder = os.open(cgroup.name, _DIR, dir_fd=cgroup.parents[self._oom_index])
+            try:
+                events = os.open(self._oom_events[1], _READ, dir_fd=folder)
                 try:
-                    events = os.open(self._oom_events[1], _READ, dir_fd=folder)
-                    try:
-                        text = os.read(events, _EVENTS_BYTES).decode()
-                    finally:
-                        os.close(events)
+                    return _kill_count(os.read(events, _EVENTS_BYTES))
                 finally:
-                    os.close(folder)
-        except (OSError, UnicodeDecodeError):
+                    os.close(events)
+            finally:
+                os.close(folder)
+        except OSError:
             return 0
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip().isdigit():
-                return int(value)
-        return 0
 
     def remove(self, uid: int, oom_count: int | None = None) -> None:
         """Keep the (empty) cgroups of the reaped worker that had ``uid`` as a spare, which
@@ -345,6 +360,16 @@ class CgroupFolders:
             self._discard(cgroup, spare)
             return
         self._discard(cgroup)
+
+
+def _kill_count(events: bytes) -> int:
+    """The ``oom_kill`` field of a memory kill counter's text (v1 ``memory.oom_control``, v2
+    ``memory.events``: a ``name value`` line per field), 0 without one."""
+    at = (b"\n" + events).find(_KILL_FIELD)
+    if at < 0:
+        return 0
+    value = events[at + len(_KILL_FIELD) - 1 :].partition(b"\n")[0]
+    return int(value) if value.isdigit() else 0
 
 
 def _knob_file(cgroup: _Cgroup, index: int, name: str) -> int:

@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from typing import NoReturn
 
+from corral.sandbox import _syscalls as sc
 from corral.sandbox._control_protocol import (
     Hello,
     OutOfMemory,
@@ -127,8 +128,6 @@ def _become_sandbox_user(handshake: socket.socket) -> None:
     (not root) could not open our uid_map: we become dumpable (our files then belong to the
     uid the zygote holds while it maps us), say so, and wait.
     """
-    from corral.sandbox import _syscalls as sc
-
     sc.set_dumpable(True)
     handshake.send(_READY)
     handshake.recv(1)  # EOF once the maps are written (or the zygote gave up and kills us)
@@ -184,8 +183,6 @@ def _clone(
     uid: int,
     pending: PendingCgroups | None,
 ) -> None:
-    from corral.sandbox import _syscalls as sc
-
     ctl, uids, cgroups = state.ctl, state.uids, state.cgroups
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     # The worker's user namespace is owned by the effective uid that creates it, and the
@@ -246,8 +243,6 @@ def _worker_child(
     state: _State,
     pending: PendingCgroups | None,
 ) -> NoReturn:
-    from corral.sandbox import _syscalls as sc
-
     ours, theirs = sockets
     layout, bpf = state.layout, state.bpf
     session = request.session_disk_bytes is not None
@@ -300,12 +295,10 @@ def _reap(state: _State) -> None:
             return
         uid = state.uids.reaped(pid)
         if uid is not None and cgroups is not None:
-            kills, count = cgroups.oom_kills(uid)
-            if kills:  # before the cgroup goes: the engine may not have read it yet
+            # The worker was init of its namespace: its cgroup is empty, and is kept or goes.
+            kills, count = cgroups.release(uid)
+            if kills:  # the engine may not have read the cgroup before it went
                 _send(state.ctl, OutOfMemory(pid=pid, kills=count))
-            # The worker was init of its namespace: its cgroup is empty. A spare keeps the
-            # count, so that its next worker's kills count from there without a new reading.
-            cgroups.remove(uid, count)
 
 
 def _usable(message: UseCgroups, fds: list[int], state: _State) -> bool:
@@ -314,8 +307,6 @@ def _usable(message: UseCgroups, fds: list[int], state: _State) -> bool:
 
 
 def _drop_privileges(uid: int) -> None:
-    from corral.sandbox import _syscalls as sc
-
     sc.keep_only_capabilities(_KEPT_CAPABILITIES, uid, uid)
     sc.set_no_new_privs()
     sc.set_dumpable(False)  # setuid did this already; said again, since it is the point
@@ -331,8 +322,6 @@ def _configure(ctl: socket.socket) -> ZygoteConfig:
 
 
 def main() -> None:
-    from corral.sandbox import _syscalls as sc
-
     sc.set_pdeathsig(signal.SIGKILL)
     # The control socket arrives as stdin; stdin itself becomes /dev/null.
     ctl = socket.socket(fileno=os.dup(0))
