@@ -148,3 +148,25 @@ def test_a_commands_arguments_are_encoded_afresh_and_never_kept() -> None:
     command = Exec(argv=("sh", "-c", "echo secret"), env={}, cwd="/", memory_bytes=1, cpu_seconds=1)
     assert decode(encode(command), Exec) == command
     assert _plain_part.cache_info().currsize == kept
+
+
+def test_a_part_decoded_before_is_handed_out_again_and_its_types_still_count() -> None:
+    first = decode(encode(Spawn(id=1, static=STATIC, cgroup=(KNOB,))), Spawn)
+    second = decode(encode(Spawn(id=2, static=STATIC, cgroup=(KNOB,))), Spawn)
+    assert first is not None
+    assert second is not None
+    assert second.static is first.static
+    assert second.cgroup[0] is first.cgroup[0]
+    # True equals 1 and hashes alike: a remembered part must not let it pass as an int.
+    ones = StaticLimits(work_bytes=1, pids=1, file_bytes=1, open_files=1)
+    assert decode(encode(Spawn(id=3, static=ones)), Spawn) is not None
+    as_bools = dict.fromkeys(
+        json.loads(encode(ones_spawn := Spawn(id=4, static=ones)))["static"], True
+    )
+    assert decode(_tamper(ones_spawn, static=as_bools), Spawn) is None
+
+
+def test_a_packet_is_the_standard_json_of_its_message() -> None:
+    message = Hello(pid=3, python='3.11 \u00e9\n"x"', versions={"numpy": "2.0", "": "\u2603"})
+    raw = json.loads(encode(message))
+    assert encode(message) == json.dumps(raw, separators=(",", ":")).encode()

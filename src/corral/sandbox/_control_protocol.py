@@ -478,7 +478,39 @@ def _field_names(kind: type) -> tuple[str, ...]:
 
 # One encoder, made at import: ``json.dumps`` with separators builds a new one per call, and
 # every object the zygote touches between two clones costs it a copied page.
-_encode_json = json.JSONEncoder(separators=(",", ":")).encode
+_encode_json: Callable[[Any], str] = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _no_default(value: object) -> object:
+    raise TypeError(f"{type(value).__name__} has no wire form")
+
+
+def _c_encoder() -> Callable[[Any], str] | None:
+    """``_encode_json`` without its Python layers, CPython's C encoder called directly:
+    ``JSONEncoder.encode`` makes a new C encoder, a marker dict and a closure on every call,
+    a dozen pages of the zygote's written per spawn. No circularity check: a message is a
+    tree ``_plain`` has just built. None where the C encoder is not this shape."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    escape = getattr(json.encoder, "c_encode_basestring_ascii", None)
+    if make is None or escape is None:
+        return None
+    try:
+        chunks = make(None, _no_default, escape, None, ":", ",", False, False, True)
+    except TypeError:
+        return None
+
+    def encode_json(value: Any) -> str:
+        return "".join(chunks(value, 0))
+
+    sample = {"a": [1, -2.5, "\u00e9\n", None, True, {"b": ""}], "c": float("inf")}
+    try:
+        same = encode_json(sample) == _encode_json(sample)
+    except (TypeError, ValueError):
+        same = False
+    return encode_json if same else None
+
+
+_encode_json = _c_encoder() or _encode_json
 
 
 # ``raw_decode`` on the text, not ``json.loads``: no encoding detection, no whitespace
@@ -558,6 +590,11 @@ def _checker(hint: Any) -> _Check:
     raise TypeError(f"no wire form for {hint!r}")  # a programming error, found at import
 
 
+_PART_SCALARS = (int, str, bool)
+_KNOWN_PARTS = 64
+"""Decoded message parts remembered per type (a pool's limits and knobs, a few runs' own)."""
+
+
 def _structure(cls: type) -> _Check:
     hints = typing.get_type_hints(cls, vars(sys.modules[__name__]))
     fields = {f.name: _checker(hints[f.name]) for f in dataclasses.fields(cls)}
@@ -572,7 +609,26 @@ def _structure(cls: type) -> _Check:
             raise _Invalid(f"{cls.__name__} has other fields")
         return cls(**{name: fields[name](item) for name, item in value.items()})
 
-    return build
+    if hasattr(cls, "KIND") or not all(hints[name] in _PART_SCALARS for name in fields):
+        return build
+    # A message part of scalars (a spawn's limits, a knob): the same few arrive with every
+    # spawn, and one built and checked before is handed out again (it is frozen).
+    known: dict[tuple[Any, ...], Any] = {}
+
+    def build_part(value: Any) -> Any:
+        if type(value) is not dict:
+            raise _Invalid(f"expected {cls.__name__}")
+        # Types with values: 1, 1.0 and True are equal keys, and only one is the right type.
+        key = (*value, *map(type, value.values()), *value.values())
+        part = known.get(key)
+        if part is None:
+            part = build(value)
+            if len(known) >= _KNOWN_PARTS:
+                known.clear()
+            known[key] = part
+        return part
+
+    return build_part
 
 
 _DECODERS: dict[str, tuple[type, _Check]] = {

@@ -19,6 +19,7 @@ __all__ = ["MAX_FDS", "MESSAGE_BYTES", "areceive", "asend", "receive", "send"]
 MAX_FDS = 8
 """Descriptors one packet may carry; more are cut (and closed by the kernel)."""
 MESSAGE_BYTES = 65536
+_ANCILLARY_BYTES = ancillary_space(MAX_FDS)
 
 
 def send(sock: socket.socket, message: ControlMessage, fds: list[int] | None = None) -> None:
@@ -27,7 +28,7 @@ def send(sock: socket.socket, message: ControlMessage, fds: list[int] | None = N
 
 def receive(sock: socket.socket) -> tuple[bytes | None, list[int]]:
     """Blocking receive: the packet, or None when the peer closed; and its descriptors."""
-    data, ancdata, _flags, _addr = sock.recvmsg(MESSAGE_BYTES, ancillary_space(MAX_FDS))
+    data, ancdata, _flags, _addr = sock.recvmsg(MESSAGE_BYTES, _ANCILLARY_BYTES)
     return data or None, received(ancdata)
 
 
@@ -48,7 +49,7 @@ async def areceive(sock: socket.socket) -> tuple[bytes | None, list[int]]:
     """Receive on a non-blocking socket: None when the peer closed or failed."""
     while True:
         try:
-            data, ancdata, _flags, _addr = sock.recvmsg(MESSAGE_BYTES, ancillary_space(MAX_FDS))
+            data, ancdata, _flags, _addr = sock.recvmsg(MESSAGE_BYTES, _ANCILLARY_BYTES)
             break
         except BlockingIOError:
             import anyio
