@@ -284,8 +284,22 @@ def warm_up_zygote() -> None:
 
 
 def _warm_up(cwd: str) -> None:
-    """Touch the run path once so its copy-on-write faults happen before a request does."""
-    _warm("None", {"__builtins__": builtins}, cwd, session=False)
+    """Touch the run path once so its copy-on-write faults happen before a request does:
+    the request's decoding and the steps before the code that change nothing here (the
+    limits, which can only go down, are left for the request)."""
+    frame = encode_message(RunRequest(code="None", limits=_WARM_LIMITS))[HEADER.size :]
+    decode_cases_request(frame)  # a one-shot worker's request is tried as cases first
+    request = decode_request(frame)
+    scratch: dict[str, Any] = {"__builtins__": builtins}
+    make_usable(cwd)
+    _see_installed_packages()
+    _feed.feed(None, (), cwd)
+    scratch["input_files"], scratch["input_assets"] = _inputs(request.inputs)
+    link_sources(request.inputs, cwd)
+    prepare_script(scratch, request.argv, cwd)
+    _isolate.has_template()
+    _isolate.template_workdir(cwd)
+    _warm("None", scratch, cwd, session=False)
 
 
 def _preload_template() -> None:
