@@ -176,7 +176,7 @@ async def _run(
             queue_timeout=max(queue_wait, MIN_QUEUE_WAIT),
             tenant=tenant,
             language=language,
-            compile_timeout=max(queue_wait, MIN_QUEUE_WAIT),
+            compile_timeout=queue_wait,  # the compile's own bound: no floor (0: the default)
         )
     except EngineClosed as exc:
         raise _Busy("the server is stopping; try another replica or again later") from exc
@@ -267,7 +267,7 @@ async def run_code_batch(request: Request) -> Response:
             queue_timeout=max(body.compile_timeout, MIN_QUEUE_WAIT),
             tenant=tenant,
             language=body.language,
-            compile_timeout=max(body.compile_timeout, MIN_QUEUE_WAIT),
+            compile_timeout=body.compile_timeout,
         )
     except EngineClosed:
         return _busy("the server is stopping; try another replica or again later")
