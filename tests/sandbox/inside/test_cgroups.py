@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from corral.sandbox.inside._cgroups import _kill_count
@@ -22,3 +25,19 @@ from corral.sandbox.inside._cgroups import _kill_count
 )
 def test_the_kill_count_is_the_oom_kill_line_and_no_other(text: bytes, kills: int) -> None:
     assert _kill_count(text) == kills
+
+
+def test_kept_cgroup_files_stay_within_half_the_zygotes_descriptor_limit() -> None:
+    # In a child: a limit of 128 descriptors leaves 64 to kept files, 16 per cgroup of five
+    # hierarchies (three files each and the kill counter): four cgroups kept.
+    script = (
+        "import resource\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))\n"
+        "from corral.sandbox.inside._cgroups import CgroupFolders\n"
+        "names = ['memory', 'pids', 'cpu', 'cpuacct', 'freezer']\n"
+        "print(CgroupFolders(names, list(range(10, 15)))._max_kept)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "4"

@@ -357,8 +357,8 @@ class Worker:
         self._signal(signal.SIGINT)
 
     def kill(self) -> None:
-        if self.killed:
-            return  # a SIGKILL cannot be caught: the first one does it
+        if self.killed and self._pidfd is not None:
+            return  # a SIGKILL by pidfd cannot be caught or lost: the first one does it
         self.killed = True
         self._signal(signal.SIGKILL)
 

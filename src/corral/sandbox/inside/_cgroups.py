@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -49,8 +50,12 @@ _READ = os.O_RDONLY | os.O_CLOEXEC
 SPARES = 32
 """Empty cgroups kept, per zygote folder, for the next spawns (about a pool and a capacity)."""
 _KEPT = 256
-"""One-shot workers' and spares' cgroups whose files stay open, at most (ten descriptors each);
-past that, and for a session's, a spawn opens them and closes them once the child is in."""
+"""One-shot workers' and spares' cgroups whose files stay open, at most (about ten descriptors
+each), and within ``_KEPT_FDS_SHARE`` of the zygote's descriptor limit; past that, and for a
+session's, a spawn opens them and closes them once the child is in."""
+_KEPT_FDS_SHARE = 0.5
+"""Of the zygote's ``RLIMIT_NOFILE``, what kept cgroup files may hold: a spawn needs the rest."""
+_FILES_PER_HIERARCHY = 3  # the move file and up to two knobs: an upper estimate
 _SPARE = "spare-"
 _EVENTS_BYTES = 4096  # an events file is a few short lines
 _KNOB_SETS = 16
@@ -158,6 +163,9 @@ class CgroupFolders:
         memory kills it counted when its last worker was reaped."""
         self._spare_names = 0
         self._kept = 0
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        per_cgroup = _FILES_PER_HIERARCHY * len(self._folders) + 1  # and the kill counter
+        self._max_kept = min(_KEPT, int(soft * _KEPT_FDS_SHARE) // per_cgroup)
         self._by_hierarchy: dict[tuple[CgroupKnob, ...], list[list[CgroupKnob]]] = {}
         """The knobs of a spawn, per hierarchy: the engine sends the same few sets."""
 
@@ -217,7 +225,8 @@ class CgroupFolders:
         Raises:
             OSError: it could not be made; none of it is left behind.
         """
-        cgroup = _Cgroup(name, group, kept=group is None and self._kept < _KEPT)
+        cgroup = _Cgroup(name, group, kept=group is None and self._kept < self._max_kept)
+        self._kept += cgroup.kept  # before any file: ``_discard`` counts it back
         try:
             for index, (hierarchy, folder) in enumerate(self._folders.items()):
                 parent = folder if group is None else self._group(hierarchy, folder, group)
@@ -227,7 +236,6 @@ class CgroupFolders:
         except BaseException:
             self._discard(cgroup)
             raise
-        self._kept += cgroup.kept
         return cgroup
 
     def _open_files(self, cgroup: _Cgroup, index: int) -> None:
