@@ -183,8 +183,13 @@ def _clone(
     uid: int,
     pending: PendingCgroups | None,
 ) -> None:
-    ctl, uids, cgroups = state.ctl, state.uids, state.cgroups
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ctl, uids = state.ctl, state.uids
+    try:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    except OSError as exc:  # out of descriptors or memory: this spawn fails, the zygote stays
+        _abandon(uid, pending, state)
+        _send(ctl, SpawnRefused(id=request.id, error=f"worker set-up: {exc}"))
+        return
     # The worker's user namespace is owned by the effective uid that creates it, and the
     # kernel charges every process in it to that owner's RLIMIT_NPROC count in our namespace:
     # with the worker's own uid as owner, no tenant's processes count against another's
@@ -194,13 +199,9 @@ def _clone(
     os.setresuid(-1, uid, -1)
     try:
         pid = sc.clone_namespaces(_NAMESPACES)
-    except OSError:
+    except OSError:  # a zygote that cannot clone is broken: the engine starts another
         os.setresuid(-1, zygote_uid, -1)
-        uids.give_back(uid)
-        if pending is not None:
-            pending.close()
-        if cgroups is not None:
-            cgroups.remove(uid)
+        _abandon(uid, pending, state)
         ours.close()
         theirs.close()
         raise
@@ -229,11 +230,25 @@ def _clone(
         ours.close()
         if pending is not None:
             pending.close()
-    pidfd = os.pidfd_open(pid)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError as exc:
+        os.kill(pid, signal.SIGKILL)  # reaped like any worker; its uid comes back then
+        _send(ctl, SpawnRefused(id=request.id, error=f"worker set-up: {exc}"))
+        return
     try:
         _send(ctl, Spawned(id=request.id, pid=pid, uid=uid), [pidfd])
     finally:
         os.close(pidfd)
+
+
+def _abandon(uid: int, pending: PendingCgroups | None, state: _State) -> None:
+    """A spawn that cloned nothing: its uid and its cgroup go back."""
+    state.uids.give_back(uid)
+    if pending is not None:
+        pending.close()
+    if state.cgroups is not None:
+        state.cgroups.remove(uid)
 
 
 def _worker_child(
