@@ -74,9 +74,10 @@ class _Cgroup:
     """Its files stay open from spawn to spawn (a one-shot worker's, within ``_KEPT``)."""
     parents: list[int] = field(default_factory=list)
     """Per hierarchy, the folder it is in: a group's (closed with it) or the zygote's."""
-    joins: list[int] = field(default_factory=list)
-    """Per hierarchy, ``tasks`` (v1: the child moves itself) or ``cgroup.procs`` (v2)."""
-    self_joins: list[bool] = field(default_factory=list)
+    own_moves: list[int] = field(default_factory=list)
+    """The v1 hierarchies' ``tasks``: the child moves itself in."""
+    pid_moves: list[int] = field(default_factory=list)
+    """The v2 hierarchy's ``cgroup.procs``: the zygote moves the child in."""
     knobs: dict[tuple[int, str], int] = field(default_factory=dict)
     """Per (hierarchy's index, name), an open limit file."""
     oom: int = -1
@@ -84,8 +85,9 @@ class _Cgroup:
 
     def take_files(self) -> tuple[int, ...]:
         """Its open files, now the caller's to close."""
-        fds = (*self.joins, *self.knobs.values(), *((self.oom,) if self.oom >= 0 else ()))
-        self.joins, self.self_joins, self.knobs, self.oom = [], [], {}, -1
+        oom = (self.oom,) if self.oom >= 0 else ()
+        fds = (*self.own_moves, *self.pid_moves, *self.knobs.values(), *oom)
+        self.own_moves, self.pid_moves, self.knobs, self.oom = [], [], {}, -1
         return fds
 
     def close_files(self) -> None:
@@ -198,9 +200,7 @@ class CgroupFolders:
         self._made[uid] = cgroup
         # A spare remembers the kills of the workers before: this one's count from there.
         self._oom_base[uid] = kills_before
-        moves = tuple(zip(cgroup.joins, cgroup.self_joins, strict=True))
-        own = tuple(fd for fd, itself in moves if itself)
-        by_pid = tuple(fd for fd, itself in moves if not itself)
+        own, by_pid = tuple(cgroup.own_moves), tuple(cgroup.pid_moves)
         if cgroup.kept:
             return PendingCgroups(own, by_pid, ())
         # Not kept: its files are the spawn's, closed with it.
@@ -244,11 +244,9 @@ class CgroupFolders:
         folder = os.open(cgroup.name, _DIR, dir_fd=cgroup.parents[index])
         try:
             try:
-                cgroup.joins.append(os.open("tasks", _WRITE, dir_fd=folder))
-                cgroup.self_joins.append(True)
+                cgroup.own_moves.append(os.open("tasks", _WRITE, dir_fd=folder))
             except FileNotFoundError:  # v2: no ``tasks`` outside a threaded subtree
-                cgroup.joins.append(os.open("cgroup.procs", _WRITE, dir_fd=folder))
-                cgroup.self_joins.append(False)
+                cgroup.pid_moves.append(os.open("cgroup.procs", _WRITE, dir_fd=folder))
             if cgroup.kept and self._oom_events is not None and index == self._oom_index:
                 cgroup.oom = os.open(self._oom_events[1], _READ, dir_fd=folder)
         finally:
